@@ -1,0 +1,49 @@
+# The README's two commands: `make run` and `make test`. Each sets up what it needs first.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: run test install lint browser-deps clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Debian's Chromium drives the browser tests; Playwright never downloads a browser of its own.
+browser-deps:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "Installing Debian's chromium for the browser tests"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
+
+run: $(STAMP)
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py seed_demo | tee .demo-seed.log
+	@echo
+	@echo "  Approval gateway demo:  http://$(HOST):$(PORT)/"
+	@echo "  Customers:  alice / alice-demo-pass    bob / bob-demo-pass"
+	@echo "  Staff:      sam / sam-demo-pass (Refund reviewers, Invoice approvers)   bill / bill-demo-pass (Billing)"
+	@echo "  Agent token for alice:  $$(tail -n 1 .demo-seed.log)"
+	@echo "  Try:  curl -s -H \"Authorization: Bearer $$(tail -n 1 .demo-seed.log)\" http://$(HOST):$(PORT)/api/agent/tools"
+	@echo
+	$(PY) manage.py runserver $(HOST):$(PORT)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+
+test: $(STAMP) browser-deps
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+	$(PY) manage.py makemigrations --check --dry-run
+	$(VENV)/bin/pytest
+
+clean:
+	rm -rf $(VENV) db.sqlite3 .demo-seed.log staticfiles

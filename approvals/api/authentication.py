@@ -1,0 +1,41 @@
+import hmac
+
+from django.utils import timezone
+from rest_framework import authentication, exceptions
+
+from ..models import AgentSession
+from ..services import agent_token_hash
+
+
+class AgentTokenAuthentication(authentication.BaseAuthentication):
+    """`Authorization: Bearer <token>`; the session's person is the actor, whatever the call says."""
+
+    keyword = "Bearer"
+
+    def authenticate(self, request):  # type: ignore[no-untyped-def]
+        header = authentication.get_authorization_header(request).split()
+        if not header or header[0].lower() != self.keyword.lower().encode():
+            return None
+        if len(header) != 2:
+            raise exceptions.AuthenticationFailed("Send the header as `Authorization: Bearer <token>`.")
+        try:
+            token = header[1].decode("ascii")
+        except UnicodeDecodeError as error:
+            raise exceptions.AuthenticationFailed("Invalid token.") from error
+        digest = agent_token_hash(token)
+        session = (
+            AgentSession.objects.select_related("user").filter(token_hash=digest).first()
+        )
+        # The lookup is by hash; the comparison below keeps the check constant-time as well.
+        if session is None or not hmac.compare_digest(session.token_hash, digest):
+            raise exceptions.AuthenticationFailed("Invalid token.")
+        if session.revoked_at is not None:
+            raise exceptions.AuthenticationFailed("This agent session was revoked.")
+        if session.expires_at <= timezone.now():
+            raise exceptions.AuthenticationFailed("This agent session expired.")
+        if not session.user.is_active:
+            raise exceptions.AuthenticationFailed("Invalid token.")
+        return session.user, session
+
+    def authenticate_header(self, request):  # type: ignore[no-untyped-def]
+        return f'{self.keyword} realm="agent"'

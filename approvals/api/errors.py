@@ -1,0 +1,52 @@
+"""One exception handler: every API error has the contract's envelope."""
+
+from typing import Any
+
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler
+
+from ..errors import ApplicationError
+
+
+def error_body(code: str, message: str, **facts: Any) -> dict[str, Any]:
+    return {"ok": False, "executed": False, "error": {"code": code, "message": message, **facts}}
+
+
+def _message(detail: Any) -> str:
+    if isinstance(detail, list | tuple) and detail:
+        return _message(detail[0])
+    if isinstance(detail, dict) and detail:
+        return _message(next(iter(detail.values())))
+    return str(detail)
+
+
+CODES = {
+    exceptions.NotAuthenticated: "not_authenticated",
+    exceptions.AuthenticationFailed: "authentication_failed",
+    exceptions.PermissionDenied: "permission_denied",
+    exceptions.NotFound: "not_found",
+    exceptions.MethodNotAllowed: "method_not_allowed",
+    exceptions.NotAcceptable: "not_acceptable",
+    exceptions.UnsupportedMediaType: "unsupported_media_type",
+    exceptions.ParseError: "malformed_request",
+    exceptions.Throttled: "throttled",
+    exceptions.ValidationError: "invalid_request",
+}
+
+
+def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, ApplicationError):
+        return Response(error_body(**exc.as_dict()), status=status.HTTP_400_BAD_REQUEST)
+    response = exception_handler(exc, context)
+    if response is None:
+        return None
+    code = next((c for klass, c in CODES.items() if isinstance(exc, klass)), "error")
+    facts: dict[str, Any] = {}
+    if isinstance(exc, exceptions.ValidationError):
+        facts["fields"] = exc.detail
+    if isinstance(exc, exceptions.Throttled) and exc.wait is not None:
+        facts["retry_after_seconds"] = int(exc.wait) + 1
+    detail = exc.detail if isinstance(exc, exceptions.APIException) else str(exc)
+    response.data = error_body(code, _message(detail), **facts)
+    return response

@@ -1,0 +1,235 @@
+"""The agent API: thin views that parse (every 400 comes from here) and call services."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from django.http import Http404
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.authentication import SessionAuthentication
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from ..arguments import StrictCharField, StrictIntegerField, StrictSerializer, input_json_schema
+from ..digests import digest_of
+from ..errors import ApplicationError
+from ..models import AuditEvent, Preview
+from ..presentation import preview_envelope
+from ..registry import registry
+from ..services import (
+    IdempotencyConflict,
+    agent_session_create,
+    idempotent_call,
+    preview_refresh,
+    proposal_audit_rejected,
+    proposal_submit,
+)
+from .authentication import AgentTokenAuthentication
+from .errors import error_body
+from .parsers import StrictJSONError, strict_json_loads
+from .throttling import AgentSessionThrottle
+
+IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
+
+
+class AgentAPIView(APIView):
+    authentication_classes = [AgentTokenAuthentication]
+    throttle_classes = [AgentSessionThrottle]
+
+    def base_url(self) -> str:
+        return self.request.build_absolute_uri("/")
+
+
+class ArgumentsField(serializers.JSONField):
+    """A JSON object, or a string holding one (as models emit tool calls)."""
+
+
+class ToolCallSerializer(StrictSerializer):
+    name = StrictCharField(max_length=64, help_text="The tool's name, from GET /api/agent/tools.")
+    arguments = ArgumentsField(help_text="The tool's arguments: a JSON object or a string holding one.")
+    call_id = StrictCharField(max_length=200, required=False, help_text="Your id for this call.")
+
+
+PREVIEW_ENVELOPE = inline_serializer(
+    "PreviewEnvelope",
+    fields={
+        "ok": serializers.BooleanField(),
+        "executed": serializers.BooleanField(),
+        "status": serializers.CharField(),
+        "preview": serializers.DictField(),
+        "message": serializers.CharField(),
+    },
+)
+ERROR_ENVELOPE = inline_serializer(
+    "ErrorEnvelope",
+    fields={"ok": serializers.BooleanField(), "executed": serializers.BooleanField(), "error": serializers.DictField()},
+)
+
+
+def _raw_arguments(data: Any) -> str:
+    arguments = data.get("arguments") if isinstance(data, dict) else None
+    if isinstance(arguments, str):
+        return arguments
+    if arguments is None:
+        return ""
+    return json.dumps(arguments, ensure_ascii=False)
+
+
+class ToolListView(AgentAPIView):
+    @extend_schema(
+        operation_id="list_tools",
+        parameters=[OpenApiParameter("format", str, enum=["openai"], required=False)],
+        responses={200: inline_serializer("ToolList", fields={"tools": serializers.ListField()})},
+    )
+    def get(self, request: Request) -> Response:
+        tools = [
+            {"name": a.name, "description": a.description, "input_schema": input_json_schema(a.arguments_serializer)}
+            for name in request.auth.tools
+            if (a := registry.action(name)) is not None
+        ]
+        if request.query_params.get("format") == "openai":
+            openai = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": t["name"],
+                        "description": t["description"],
+                        "parameters": t["input_schema"],
+                        "strict": True,
+                    },
+                }
+                for t in tools
+            ]
+            return Response(openai)
+        return Response({"tools": tools})
+
+
+class ToolCallView(AgentAPIView):
+    @extend_schema(
+        operation_id="propose_tool_call",
+        request=ToolCallSerializer,
+        parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=False)],
+        responses={200: PREVIEW_ENVELOPE, 201: PREVIEW_ENVELOPE, 400: ERROR_ENVELOPE, 403: ERROR_ENVELOPE,
+                   404: ERROR_ENVELOPE, 409: ERROR_ENVELOPE, 422: ERROR_ENVELOPE, 429: ERROR_ENVELOPE},
+    )
+    def post(self, request: Request) -> Response:
+        session = request.auth
+        raw_arguments = _raw_arguments(request.data)
+        tool_name = request.data.get("name") if isinstance(request.data, dict) else None
+        tool_name = tool_name if isinstance(tool_name, str) else ""
+
+        def reject(http_status: int, event: AuditEvent, code: str, message: str, **facts: Any) -> Response:
+            body = error_body(code, message, **facts)
+            proposal_audit_rejected(
+                agent_session=session, event=event, tool_name=tool_name,
+                raw_arguments=raw_arguments, error=body["error"],
+            )
+            return Response(body, status=http_status)
+
+        envelope = ToolCallSerializer(data=request.data)
+        if not envelope.is_valid():
+            return reject(400, AuditEvent.PROPOSAL_INVALID, "invalid_request",
+                          "The tool call envelope is malformed.", fields=envelope.errors)
+        action = registry.action(tool_name)
+        if action is None:
+            return reject(404, AuditEvent.PROPOSAL_INVALID, "unknown_tool", f"There is no tool named {tool_name!r}.")
+        if tool_name not in session.tools:
+            return reject(403, AuditEvent.PROPOSAL_FORBIDDEN, "tool_not_allowed",
+                          f"This agent session may not use the tool {tool_name!r}.")
+        arguments = envelope.validated_data["arguments"]
+        if isinstance(arguments, str):
+            try:
+                arguments = strict_json_loads(arguments)
+            except StrictJSONError as error:
+                return reject(400, AuditEvent.PROPOSAL_INVALID, "invalid_arguments",
+                              f"The arguments string is not valid JSON: {error}")
+        if not isinstance(arguments, dict):
+            return reject(400, AuditEvent.PROPOSAL_INVALID, "invalid_arguments",
+                          "The arguments must be a JSON object.")
+        parsed = action.arguments_serializer(data=arguments)
+        if not parsed.is_valid():
+            return reject(400, AuditEvent.PROPOSAL_INVALID, "invalid_arguments",
+                          "The arguments do not match the tool's input schema.", fields=parsed.errors)
+        call_id = envelope.validated_data.get("call_id")
+
+        def propose() -> tuple[int, dict[str, Any]]:
+            outcome = proposal_submit(
+                agent_session=session, action=action,
+                arguments=dict(parsed.validated_data), raw_arguments=raw_arguments,
+            )
+            if outcome.kind == "refused":
+                body = error_body(**outcome.refusal.as_dict())
+                http_status = status.HTTP_422_UNPROCESSABLE_ENTITY
+            else:
+                body = preview_envelope(outcome.preview, base_url=self.base_url())
+                http_status = status.HTTP_201_CREATED if outcome.kind == "created" else status.HTTP_200_OK
+            if call_id is not None:
+                body["call_id"] = call_id
+            return http_status, body
+
+        key = request.headers.get("Idempotency-Key")
+        if key is None:
+            http_status, body = propose()
+            return Response(body, status=http_status)
+        if not IDEMPOTENCY_KEY.match(key):
+            return reject(400, AuditEvent.PROPOSAL_INVALID, "invalid_idempotency_key",
+                          "The Idempotency-Key header must be 1 to 255 visible ASCII characters.")
+        fingerprint = digest_of({"name": tool_name, "arguments": arguments, "call_id": call_id})
+        try:
+            http_status, body = idempotent_call(agent_session=session, key=key, fingerprint=fingerprint, run=propose)
+        except IdempotencyConflict as conflict:
+            return reject(409, AuditEvent.PROPOSAL_INVALID, conflict.code, conflict.message)
+        return Response(body, status=http_status)
+
+
+class PreviewStatusView(AgentAPIView):
+    @extend_schema(operation_id="get_preview", responses={200: PREVIEW_ENVELOPE, 404: ERROR_ENVELOPE})
+    def get(self, request: Request, preview_id: str) -> Response:
+        preview = Preview.objects.filter(pk=preview_id, actor=request.user).first()
+        if preview is None:
+            raise Http404
+        preview = preview_refresh(preview=preview)
+        return Response(preview_envelope(preview, base_url=self.base_url()))
+
+
+class AgentSessionCreateSerializer(StrictSerializer):
+    tools = serializers.ListField(child=StrictCharField(max_length=64), required=False, allow_empty=False)
+    ttl_seconds = StrictIntegerField(min_value=60, max_value=30 * 24 * 3600, required=False)
+    label = StrictCharField(max_length=200, required=False, allow_blank=True)
+
+
+class AgentSessionCreateView(APIView):
+    """The support client mints a token for the person logged in (session cookie and CSRF)."""
+
+    authentication_classes = [SessionAuthentication]
+
+    @extend_schema(
+        operation_id="create_agent_session",
+        request=AgentSessionCreateSerializer,
+        responses={201: inline_serializer("AgentSessionCreated", fields={
+            "token": serializers.CharField(), "tools": serializers.ListField(),
+            "expires_at": serializers.DateTimeField()}), 400: ERROR_ENVELOPE, 403: ERROR_ENVELOPE},
+    )
+    def post(self, request: Request) -> Response:
+        data = AgentSessionCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        tools = data.validated_data.get("tools") or [
+            name for name, action in registry.actions.items() if action.may_use(request.user)
+        ]
+        try:
+            session, token = agent_session_create(
+                user=request.user, tools=tools,
+                ttl_seconds=data.validated_data.get("ttl_seconds"),
+                label=data.validated_data.get("label", ""),
+            )
+        except ApplicationError as error:
+            return Response(error_body(**error.as_dict()), status=status.HTTP_403_FORBIDDEN)
+        return Response(
+            {"token": token, "tools": session.tools,
+             "expires_at": session.expires_at.isoformat().replace("+00:00", "Z")},
+            status=status.HTTP_201_CREATED,
+        )

@@ -1,0 +1,17 @@
+from django.apps import AppConfig
+
+
+class ApprovalsConfig(AppConfig):
+    name = "approvals"
+    verbose_name = "Approvals engine"
+
+    def ready(self) -> None:
+        from .people import CustomerImportSerializer, StaffImportSerializer, customer_upsert, staff_upsert
+        from .registry import ImportSection, registry
+
+        registry.register_import_section(
+            ImportSection(key="customers", item_serializer=CustomerImportSerializer, write=customer_upsert, order=0)
+        )
+        registry.register_import_section(
+            ImportSection(key="staff", item_serializer=StaffImportSerializer, write=staff_upsert, order=10)
+        )

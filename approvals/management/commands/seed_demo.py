@@ -1,0 +1,33 @@
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+
+from approvals.registry import registry
+from approvals.services import agent_session_create
+from approvals.shop_import import ShopDataInvalid, shop_data_import
+
+DEMO_FILE = Path(settings.BASE_DIR) / "demo" / "shop.json"
+
+
+class Command(BaseCommand):
+    help = "Load the seed documents' demo shop (alice, bob, o-12, o-17, ORD-4417, INV-17) and mint a token for alice."
+
+    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+        parser.add_argument("--no-token", action="store_true", help="Do not mint an agent token.")
+
+    def handle(self, *args, no_token: bool, **options):  # type: ignore[no-untyped-def]
+        try:
+            summary = shop_data_import(DEMO_FILE.read_text(encoding="utf-8"))
+        except ShopDataInvalid as invalid:
+            raise CommandError("\n".join(invalid.problems)) from invalid
+        for key, counts in summary.items():
+            self.stdout.write(f"{key}: " + ", ".join(f"{n} {o}" for o, n in sorted(counts.items())))
+        if no_token:
+            return
+        alice = get_user_model().objects.get(username="alice")
+        tools = [name for name, action in registry.actions.items() if action.may_use(alice)]
+        _session, token = agent_session_create(user=alice, tools=tools, label="demo")
+        self.stdout.write(f"Agent token for alice (tools: {', '.join(tools)}):")
+        self.stdout.write(token)

@@ -1,0 +1,200 @@
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class AgentSession(models.Model):
+    """A bearer token bound to one person; the agent acts as that person and no other."""
+
+    token_hash = models.CharField(max_length=64, unique=True)
+    token_prefix = models.CharField(max_length=16, help_text="First characters, to recognise a token.")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="agent_sessions"
+    )
+    tools = models.JSONField(default=list)
+    label = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.token_prefix}… for {self.user}"
+
+
+class PreviewStatus(models.TextChoices):
+    AWAITING_CUSTOMER = "awaiting_customer", "Waiting for the customer"
+    AWAITING_STAFF = "awaiting_staff", "Waiting for staff review"
+    APPROVED = "approved", "Approved, processing"
+    EXECUTED = "executed", "Completed"
+    DECLINED = "declined", "Declined by the customer"
+    REJECTED = "rejected", "Rejected by staff"
+    EXPIRED = "expired", "Expired"
+    SUPERSEDED = "superseded", "Superseded"
+    FAILED = "failed", "Failed"
+
+
+OPEN_STATUSES = (
+    PreviewStatus.AWAITING_CUSTOMER,
+    PreviewStatus.AWAITING_STAFF,
+    PreviewStatus.APPROVED,
+)
+AWAITING_STATUSES = (PreviewStatus.AWAITING_CUSTOMER, PreviewStatus.AWAITING_STAFF)
+TERMINAL_STATUSES = tuple(s for s in PreviewStatus if s not in OPEN_STATUSES)
+
+
+class ApprovalRole(models.TextChoices):
+    CUSTOMER = "customer", "Customer"
+    STAFF = "staff", "Staff"
+
+
+class Preview(models.Model):
+    """An exact proposed action. Its payload never changes after creation; only its status does."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    action = models.CharField(max_length=64)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    agent_session = models.ForeignKey(
+        AgentSession, on_delete=models.PROTECT, null=True, blank=True, related_name="previews"
+    )
+    subject_type = models.CharField(max_length=32)
+    subject_id = models.CharField(max_length=64)
+    subject_version = models.PositiveIntegerField()
+    payload = models.JSONField()
+    amount_minor = models.BigIntegerField()
+    currency = models.CharField(max_length=3)
+    proposal_key = models.CharField(
+        max_length=64, help_text="Digest of what was proposed; equal proposals share it."
+    )
+    digest = models.CharField(max_length=64, help_text="Digest of exactly what a person approves.")
+    required_approvals = models.JSONField()
+    status = models.CharField(
+        max_length=32, choices=PreviewStatus.choices, default=PreviewStatus.AWAITING_CUSTOMER
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    status_changed_at = models.DateTimeField(auto_now=True)
+    failure_code = models.CharField(max_length=64, blank=True)
+    failure_reason = models.TextField(blank=True)
+    result = models.JSONField(null=True, blank=True)
+    executed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at"]
+        indexes = [
+            models.Index(fields=["status", "created_at"]),
+            models.Index(fields=["subject_type", "subject_id"]),
+            models.Index(fields=["actor", "created_at"]),
+        ]
+        constraints = [
+            # The same pending proposal is answered with the existing preview, even under a race.
+            models.UniqueConstraint(
+                fields=["proposal_key"],
+                condition=Q(status__in=["awaiting_customer", "awaiting_staff", "approved"]),
+                name="one_open_preview_per_proposal",
+            ),
+            models.CheckConstraint(condition=Q(amount_minor__gte=0), name="preview_amount_not_negative"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.subject_id} ({self.status})"
+
+    @property
+    def executed(self) -> bool:
+        return self.status == PreviewStatus.EXECUTED
+
+    @property
+    def is_open(self) -> bool:
+        return self.status in OPEN_STATUSES
+
+
+class Approval(models.Model):
+    """A person's yes, bound to the preview, their role, the digest they saw and the subject version."""
+
+    preview = models.ForeignKey(Preview, on_delete=models.PROTECT, related_name="approvals")
+    approver = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    role = models.CharField(max_length=16, choices=ApprovalRole.choices)
+    basis = models.CharField(
+        max_length=200, blank=True, help_text="What the approval rests on, e.g. a standing approval."
+    )
+    digest = models.CharField(max_length=64)
+    subject_version = models.PositiveIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["preview", "role"], name="one_approval_per_role"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.role} approval of {self.preview_id} by {self.approver}"
+
+
+class AuditEvent(models.TextChoices):
+    AGENT_SESSION_CREATED = "agent_session_created"
+    PROPOSAL_INVALID = "proposal_invalid"
+    PROPOSAL_FORBIDDEN = "proposal_forbidden"
+    PROPOSAL_REFUSED = "proposal_refused"
+    PROPOSED = "proposed"
+    PROPOSAL_REPEATED = "proposal_repeated"
+    CONFIRMED = "confirmed"
+    DECLINED = "declined"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    DECISION_REFUSED = "decision_refused"
+    EXECUTION_STARTED = "execution_started"
+    EXECUTED = "executed"
+    EXECUTION_FAILED = "execution_failed"
+    SUPERSEDED = "superseded"
+    EXPIRED = "expired"
+
+
+class AuditRecord(models.Model):
+    """Append-only: rows are only ever inserted."""
+
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    event = models.CharField(max_length=32, choices=AuditEvent.choices)
+    action = models.CharField(max_length=64, blank=True)
+    preview = models.ForeignKey(
+        Preview, on_delete=models.PROTECT, null=True, blank=True, related_name="audit_records"
+    )
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    agent_session = models.ForeignKey(
+        AgentSession, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    subject_type = models.CharField(max_length=32, blank=True)
+    subject_id = models.CharField(max_length=64, blank=True)
+    raw_arguments = models.TextField(
+        blank=True, help_text="The tool call's arguments exactly as received, unparsed."
+    )
+    approval_basis = models.JSONField(null=True, blank=True)
+    result = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["subject_type", "subject_id"])]
+
+    def __str__(self) -> str:
+        return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.event} {self.subject_id}"
+
+
+class IdempotencyRecord(models.Model):
+    """The stored answer to a tool call sent with an Idempotency-Key, per agent session."""
+
+    agent_session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=255)
+    request_fingerprint = models.CharField(max_length=64)
+    response_status = models.PositiveSmallIntegerField()
+    response_body = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["agent_session", "key"], name="one_answer_per_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.response_status})"

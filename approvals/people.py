@@ -1,0 +1,56 @@
+"""Customers and staff as `import_shop_data` knows them; staff roles are Django groups."""
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from rest_framework import serializers
+
+from .arguments import StrictCharField, StrictSerializer
+
+REFUND_REVIEWERS = "Refund reviewers"
+INVOICE_APPROVERS = "Invoice approvers"
+BILLING = "Billing"
+STAFF_GROUPS = (REFUND_REVIEWERS, INVOICE_APPROVERS, BILLING)
+
+
+class CustomerImportSerializer(StrictSerializer):
+    username = StrictCharField(max_length=150)
+    email = serializers.EmailField(required=False, allow_blank=True, default="")
+    password = StrictCharField(max_length=128, required=False, allow_blank=False)
+
+
+class StaffImportSerializer(CustomerImportSerializer):
+    groups = serializers.ListField(
+        child=serializers.ChoiceField(choices=STAFF_GROUPS), required=False, default=list
+    )
+
+
+def _person_upsert(data: dict[str, Any], *, is_staff: bool) -> str:
+    user_model = get_user_model()
+    user, created = user_model.objects.get_or_create(username=data["username"])
+    changed = created or user.email != data["email"] or user.is_staff != is_staff
+    user.email = data["email"]
+    user.is_staff = is_staff
+    if "password" in data and not user.check_password(data["password"]):
+        user.set_password(data["password"])
+        changed = True
+    elif created:
+        user.set_unusable_password()
+    user.save()
+    if is_staff:
+        groups = list(Group.objects.filter(name__in=data["groups"]))
+        if set(user.groups.values_list("name", flat=True)) != {g.name for g in groups}:
+            user.groups.set(groups)
+            changed = True
+    if created:
+        return "created"
+    return "updated" if changed else "unchanged"
+
+
+def customer_upsert(data: dict[str, Any]) -> str:
+    return _person_upsert(data, is_staff=False)
+
+
+def staff_upsert(data: dict[str, Any]) -> str:
+    return _person_upsert(data, is_staff=True)

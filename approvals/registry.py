@@ -1,0 +1,131 @@
+"""The plug-in point: actions register here in their AppConfig.ready(); the engine never imports them.
+
+An action says how to parse its arguments, how to check them against trusted data,
+what a person must approve, and how to execute an approved preview.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractBaseUser
+    from django.db.models import Model
+    from rest_framework.serializers import Serializer
+
+    from .models import Preview
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """What an action's policy accepted: the exact payload a person will approve."""
+
+    subject_type: str
+    subject_id: str
+    subject_version: int
+    payload: dict[str, Any]
+    amount_minor: int
+    currency: str
+    required_approvals: list[str]
+
+
+@dataclass(frozen=True)
+class DisplayRow:
+    label: str
+    value: str
+
+
+class Action(ABC):
+    """Base class for an action kind. Subclasses override the hooks below."""
+
+    name: str = ""
+    description: str = ""
+    arguments_serializer: type[Serializer]
+
+    @abstractmethod
+    def may_use(self, user: AbstractBaseUser) -> bool:
+        """Whether this person may have the tool in an agent session at all."""
+        ...
+
+    @abstractmethod
+    def propose(self, *, actor: AbstractBaseUser, arguments: dict[str, Any]) -> Proposal:
+        """Check ownership and policy against trusted data; raise PolicyRefusal or return a Proposal."""
+        ...
+
+    @abstractmethod
+    def lock_subject(self, preview: Preview) -> Model | None:
+        """Lock and return the subject row (select_for_update); None if it disappeared."""
+        ...
+
+    def subject_version(self, subject: Model) -> int:
+        return subject.version  # type: ignore[attr-defined]
+
+    @abstractmethod
+    def revalidate(self, *, preview: Preview, subject: Model) -> None:
+        """Re-run the policy under lock before executing; raise PolicyRefusal to fail the preview."""
+        ...
+
+    @abstractmethod
+    def execute(self, *, preview: Preview, subject: Model) -> dict[str, Any]:
+        """Perform the effect (idempotently, keyed by the preview id) and return the result facts."""
+        ...
+
+    @abstractmethod
+    def headline(self, preview: Preview) -> str:
+        """One line in words: "Refund €5.00 on order o-12"."""
+        ...
+
+    @abstractmethod
+    def display_rows(self, preview: Preview) -> list[DisplayRow]:
+        """The exact facts a person approves, formatted for people."""
+        ...
+
+    def consequence(self, preview: Preview) -> str:
+        """What happens when the person says yes, in words."""
+        return ""
+
+    @abstractmethod
+    def preview_fields(self, preview: Preview) -> dict[str, Any]:
+        """Action-specific fields of the agent API's preview object."""
+        ...
+
+    @abstractmethod
+    def outcome_text(self, preview: Preview) -> str:
+        """What happened, for the person, once executed."""
+        ...
+
+
+@dataclass
+class ImportSection:
+    """A top-level key of `import_shop_data`'s JSON file, with its item serializer and writer."""
+
+    key: str
+    item_serializer: type[Serializer]
+    write: Callable[[dict[str, Any]], Any]
+    order: int = 100
+
+
+@dataclass
+class Registry:
+    actions: dict[str, Action] = field(default_factory=dict)
+    import_sections: dict[str, ImportSection] = field(default_factory=dict)
+
+    def register_action(self, action: Action) -> None:
+        if action.name in self.actions:
+            raise ValueError(f"Action {action.name!r} is registered twice")
+        self.actions[action.name] = action
+
+    def action(self, name: str) -> Action | None:
+        return self.actions.get(name)
+
+    def register_import_section(self, section: ImportSection) -> None:
+        self.import_sections[section.key] = section
+
+    def ordered_import_sections(self) -> list[ImportSection]:
+        return sorted(self.import_sections.values(), key=lambda s: s.order)
+
+
+registry = Registry()

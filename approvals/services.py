@@ -1,0 +1,592 @@
+"""Write services of the approvals engine: agent sessions, proposals, approvals, execution, audit.
+
+Each service owns its transaction. Rows are locked in one order everywhere, the preview
+first and then its subject, so that a confirmation and a worker cannot deadlock.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from .digests import digest_of, sha256_hex
+from .errors import ApplicationError, DecisionError, ExecutionFailure, PolicyRefusal
+from .models import (
+    AWAITING_STATUSES,
+    OPEN_STATUSES,
+    AgentSession,
+    Approval,
+    ApprovalRole,
+    AuditEvent,
+    AuditRecord,
+    IdempotencyRecord,
+    Preview,
+    PreviewStatus,
+)
+from .registry import Action, registry
+
+logger = logging.getLogger(__name__)
+
+TOKEN_PREFIX = "agt_"
+
+
+# Audit ---------------------------------------------------------------------------------------
+
+
+def audit_record(
+    *,
+    event: AuditEvent,
+    preview: Preview | None = None,
+    actor: AbstractBaseUser | None = None,
+    agent_session: AgentSession | None = None,
+    action: str = "",
+    subject_type: str = "",
+    subject_id: str = "",
+    raw_arguments: str = "",
+    approval_basis: dict[str, Any] | None = None,
+    result: dict[str, Any] | None = None,
+) -> AuditRecord:
+    if preview is not None:
+        action = action or preview.action
+        subject_type = subject_type or preview.subject_type
+        subject_id = subject_id or preview.subject_id
+    return AuditRecord.objects.create(
+        event=event,
+        preview=preview,
+        actor=actor,
+        agent_session=agent_session,
+        action=action,
+        subject_type=subject_type,
+        subject_id=subject_id,
+        raw_arguments=raw_arguments,
+        approval_basis=approval_basis,
+        result=result or {},
+    )
+
+
+# Agent sessions ------------------------------------------------------------------------------
+
+
+def agent_token_hash(token: str) -> str:
+    return sha256_hex(token)
+
+
+@transaction.atomic
+def agent_session_create(
+    *, user: AbstractBaseUser, tools: list[str], ttl_seconds: int | None = None, label: str = ""
+) -> tuple[AgentSession, str]:
+    """Mint a session for `user`. The token is returned once; only its hash is stored."""
+    if not user.is_active:
+        raise ApplicationError(f"User {user} is not active.", code="user_inactive")
+    if not tools:
+        raise ApplicationError("Name at least one tool.", code="no_tools")
+    for name in tools:
+        action = registry.action(name)
+        if action is None:
+            raise ApplicationError(f"Unknown tool {name!r}.", code="unknown_tool")
+        if not action.may_use(user):
+            raise ApplicationError(
+                f"User {user} may not use the tool {name!r}.", code="tool_not_allowed"
+            )
+    ttl = settings.AGENT_SESSION_DEFAULT_TTL_SECONDS if ttl_seconds is None else ttl_seconds
+    if ttl <= 0:
+        raise ApplicationError("The lifetime must be a positive number of seconds.", code="bad_ttl")
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    session = AgentSession.objects.create(
+        token_hash=agent_token_hash(token),
+        token_prefix=token[:12],
+        user=user,
+        tools=sorted(set(tools)),
+        label=label,
+        expires_at=timezone.now() + timedelta(seconds=ttl),
+    )
+    audit_record(
+        event=AuditEvent.AGENT_SESSION_CREATED,
+        actor=user,
+        agent_session=session,
+        result={"tools": session.tools, "expires_at": session.expires_at.isoformat()},
+    )
+    return session, token
+
+
+# Proposals -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProposalOutcome:
+    """`created` (201), `repeated` (200, the same pending proposal) or `refused` (422)."""
+
+    kind: str
+    preview: Preview | None = None
+    refusal: PolicyRefusal | None = None
+
+
+def proposal_audit_rejected(
+    *,
+    agent_session: AgentSession,
+    event: AuditEvent,
+    tool_name: str,
+    raw_arguments: str,
+    error: dict[str, Any],
+) -> None:
+    """Audit a tool call that never reached the policy (malformed, unknown or forbidden tool)."""
+    audit_record(
+        event=event,
+        actor=agent_session.user,
+        agent_session=agent_session,
+        action=tool_name[:64],
+        raw_arguments=raw_arguments,
+        result={"error": error},
+    )
+
+
+def _preview_digest(preview: Preview) -> str:
+    return digest_of(
+        {
+            "id": str(preview.id),
+            "action": preview.action,
+            "actor": preview.actor_id,
+            "subject_type": preview.subject_type,
+            "subject_id": preview.subject_id,
+            "subject_version": preview.subject_version,
+            "payload": preview.payload,
+            "amount_minor": preview.amount_minor,
+            "currency": preview.currency,
+            "required_approvals": preview.required_approvals,
+            "expires_at": preview.expires_at.isoformat(),
+        }
+    )
+
+
+def _open_preview_for(proposal_key: str) -> Preview | None:
+    preview = Preview.objects.filter(proposal_key=proposal_key, status__in=OPEN_STATUSES).first()
+    if preview is not None and preview_expire_if_due(preview):
+        return None
+    return preview
+
+
+@transaction.atomic
+def proposal_submit(
+    *,
+    agent_session: AgentSession,
+    action: Action,
+    arguments: dict[str, Any],
+    raw_arguments: str,
+) -> ProposalOutcome:
+    """Check the proposal against trusted data and record an immutable preview, or refuse it."""
+    actor = agent_session.user
+    try:
+        proposal = action.propose(actor=actor, arguments=arguments)
+    except PolicyRefusal as refusal:
+        audit_record(
+            event=AuditEvent.PROPOSAL_REFUSED,
+            actor=actor,
+            agent_session=agent_session,
+            action=action.name,
+            subject_id=str(arguments.get("order_id") or arguments.get("invoice_id") or "")[:64],
+            raw_arguments=raw_arguments,
+            result={"error": refusal.as_dict()},
+        )
+        return ProposalOutcome(kind="refused", refusal=refusal)
+
+    proposal_key = digest_of(
+        {
+            "action": action.name,
+            "actor": actor.pk,
+            "subject_type": proposal.subject_type,
+            "subject_id": proposal.subject_id,
+            "subject_version": proposal.subject_version,
+            "payload": proposal.payload,
+        }
+    )
+    existing = _open_preview_for(proposal_key)
+    if existing is None:
+        preview = Preview(
+            action=action.name,
+            actor=actor,
+            agent_session=agent_session,
+            subject_type=proposal.subject_type,
+            subject_id=proposal.subject_id,
+            subject_version=proposal.subject_version,
+            payload=proposal.payload,
+            amount_minor=proposal.amount_minor,
+            currency=proposal.currency,
+            proposal_key=proposal_key,
+            required_approvals=proposal.required_approvals,
+            status=_status_awaiting(proposal.required_approvals, approved_roles=set()),
+            expires_at=timezone.now() + timedelta(seconds=settings.PREVIEW_TTL_SECONDS),
+        )
+        preview.digest = _preview_digest(preview)
+        try:
+            with transaction.atomic():
+                preview.save(force_insert=True)
+        except IntegrityError:
+            # A concurrent twin of this proposal won the race; answer with its preview.
+            existing = Preview.objects.get(proposal_key=proposal_key, status__in=OPEN_STATUSES)
+        else:
+            audit_record(
+                event=AuditEvent.PROPOSED,
+                preview=preview,
+                actor=actor,
+                agent_session=agent_session,
+                raw_arguments=raw_arguments,
+                result={"status": preview.status, "digest": preview.digest},
+            )
+            return ProposalOutcome(kind="created", preview=preview)
+    audit_record(
+        event=AuditEvent.PROPOSAL_REPEATED,
+        preview=existing,
+        actor=actor,
+        agent_session=agent_session,
+        raw_arguments=raw_arguments,
+        result={"status": existing.status},
+    )
+    return ProposalOutcome(kind="repeated", preview=existing)
+
+
+class IdempotencyConflict(ApplicationError):
+    code = "idempotency_key_reused"
+
+
+def idempotent_call(
+    *,
+    agent_session: AgentSession,
+    key: str,
+    fingerprint: str,
+    run: Callable[[], tuple[int, dict[str, Any]]],
+) -> tuple[int, dict[str, Any]]:
+    """Run `run` once per (session, key); replay its stored answer for the same request.
+
+    The key row is inserted first in the same transaction as the work, so a concurrent
+    request with the same key waits on the unique index and then replays the answer.
+    """
+    try:
+        with transaction.atomic():
+            record = IdempotencyRecord.objects.create(
+                agent_session=agent_session,
+                key=key,
+                request_fingerprint=fingerprint,
+                response_status=0,
+                response_body={},
+            )
+            status, body = run()
+            record.response_status = status
+            record.response_body = body
+            record.save(update_fields=["response_status", "response_body"])
+            return status, body
+    except IntegrityError:
+        record = IdempotencyRecord.objects.get(agent_session=agent_session, key=key)
+    if record.request_fingerprint != fingerprint:
+        raise IdempotencyConflict(
+            "This Idempotency-Key was already used with a different request body; "
+            "use a new key for a new request.",
+        )
+    status = 200 if record.response_status == 201 else record.response_status
+    return status, record.response_body
+
+
+# Approvals -----------------------------------------------------------------------------------
+
+
+def _status_awaiting(required: list[str], approved_roles: set[str]) -> PreviewStatus:
+    for role in required:
+        if role not in approved_roles:
+            return PreviewStatus(f"awaiting_{role}")
+    return PreviewStatus.APPROVED
+
+
+def _mark(preview: Preview, status: PreviewStatus, *, code: str = "", reason: str = "") -> None:
+    preview.status = status
+    preview.failure_code = code
+    preview.failure_reason = reason
+    preview.save(update_fields=["status", "failure_code", "failure_reason", "status_changed_at"])
+
+
+def preview_expire_if_due(preview: Preview, *, now: Any = None) -> bool:
+    """Expire a preview still waiting for approval past its expiry. Call within a transaction."""
+    now = now or timezone.now()
+    if preview.status in AWAITING_STATUSES and preview.expires_at <= now:
+        _mark(preview, PreviewStatus.EXPIRED, code="expired", reason="The preview expired before it was approved.")
+        audit_record(event=AuditEvent.EXPIRED, preview=preview, result={"expires_at": preview.expires_at.isoformat()})
+        return True
+    return False
+
+
+@transaction.atomic
+def previews_expire_stale() -> int:
+    """Expire every preview whose approval window has passed (the periodic sweeper)."""
+    now = timezone.now()
+    count = 0
+    stale = Preview.objects.select_for_update(skip_locked=True).filter(
+        status__in=AWAITING_STATUSES, expires_at__lte=now
+    )
+    for preview in stale.order_by("pk"):
+        count += preview_expire_if_due(preview, now=now)
+    return count
+
+
+def preview_refresh(*, preview: Preview) -> Preview:
+    """Bring a preview read for display up to date (an expired approval window)."""
+    if preview.status in AWAITING_STATUSES and preview.expires_at <= timezone.now():
+        with transaction.atomic():
+            locked = Preview.objects.select_for_update().get(pk=preview.pk)
+            preview_expire_if_due(locked)
+        preview.refresh_from_db()
+    return preview
+
+
+def _enqueue_execution(preview: Preview) -> None:
+    from .tasks import execute_preview
+
+    transaction.on_commit(lambda: execute_preview.delay(str(preview.pk)))
+
+
+def preview_approve(
+    *,
+    preview_id: Any,
+    approver: AbstractBaseUser,
+    role: ApprovalRole,
+    digest: str,
+    basis: str = "",
+) -> Preview:
+    """Record `approver`'s yes to exactly the preview they saw (its digest).
+
+    The customer role must be the preview's actor; the staff role must not be (four eyes).
+    Raises Preview.DoesNotExist for a preview this person may not see, DecisionError otherwise.
+    """
+    error: DecisionError | None = None
+    with transaction.atomic():
+        queryset = Preview.objects.select_for_update()
+        if role == ApprovalRole.CUSTOMER:
+            queryset = queryset.filter(actor=approver)
+        preview = queryset.get(pk=preview_id)
+        error = _decision_error(preview, approver=approver, role=role, digest=digest)
+        if error is None:
+            action = registry.action(preview.action)
+            subject = action.lock_subject(preview) if action else None
+            if subject is None or action.subject_version(subject) != preview.subject_version:
+                _mark(
+                    preview,
+                    PreviewStatus.SUPERSEDED,
+                    code="subject_changed",
+                    reason="The order or invoice changed after this preview was made.",
+                )
+                audit_record(event=AuditEvent.SUPERSEDED, preview=preview, actor=approver)
+                error = DecisionError(
+                    "This preview is out of date: what it is about changed since it was made. "
+                    "Ask for a new one.",
+                    code="superseded",
+                )
+        if error is None:
+            Approval.objects.create(
+                preview=preview,
+                approver=approver,
+                role=role,
+                basis=basis,
+                digest=digest,
+                subject_version=preview.subject_version,
+            )
+            approved_roles = set(preview.approvals.values_list("role", flat=True))
+            preview.status = _status_awaiting(preview.required_approvals, approved_roles)
+            preview.save(update_fields=["status", "status_changed_at"])
+            event = AuditEvent.CONFIRMED if role == ApprovalRole.CUSTOMER else AuditEvent.APPROVED
+            audit_record(
+                event=event,
+                preview=preview,
+                actor=approver,
+                approval_basis={"role": role, "digest": digest, "basis": basis,
+                                "subject_version": preview.subject_version},
+                result={"status": preview.status},
+            )
+            if preview.status == PreviewStatus.APPROVED:
+                _enqueue_execution(preview)
+        else:
+            audit_record(
+                event=AuditEvent.DECISION_REFUSED,
+                preview=preview,
+                actor=approver,
+                result={"error": error.as_dict(), "role": role},
+            )
+    if error is not None:
+        raise error
+    return preview
+
+
+def preview_decline(
+    *, preview_id: Any, person: AbstractBaseUser, role: ApprovalRole, digest: str, note: str = ""
+) -> Preview:
+    """The customer declines, or staff reject, the preview they saw."""
+    error: DecisionError | None = None
+    with transaction.atomic():
+        queryset = Preview.objects.select_for_update()
+        if role == ApprovalRole.CUSTOMER:
+            queryset = queryset.filter(actor=person)
+        preview = queryset.get(pk=preview_id)
+        error = _decision_error(preview, approver=person, role=role, digest=digest)
+        if error is None:
+            if role == ApprovalRole.CUSTOMER:
+                _mark(preview, PreviewStatus.DECLINED, code="declined", reason="The customer declined.")
+                event = AuditEvent.DECLINED
+            else:
+                _mark(preview, PreviewStatus.REJECTED, code="rejected", reason=note)
+                event = AuditEvent.REJECTED
+            audit_record(event=event, preview=preview, actor=person, result={"note": note, "digest": digest})
+        else:
+            audit_record(
+                event=AuditEvent.DECISION_REFUSED,
+                preview=preview,
+                actor=person,
+                result={"error": error.as_dict(), "role": role},
+            )
+    if error is not None:
+        raise error
+    return preview
+
+
+def _decision_error(
+    preview: Preview, *, approver: AbstractBaseUser, role: ApprovalRole, digest: str
+) -> DecisionError | None:
+    """Why this person cannot decide this preview now, or None. May expire the preview."""
+    if preview_expire_if_due(preview):
+        return DecisionError("This preview expired before it was approved.", code="expired")
+    if preview.status != f"awaiting_{role}":
+        if preview.status in (PreviewStatus.APPROVED, PreviewStatus.EXECUTED) or (
+            role == ApprovalRole.CUSTOMER and preview.status == PreviewStatus.AWAITING_STAFF
+        ):
+            return DecisionError("This preview was already approved.", code="already_decided")
+        return DecisionError(
+            f"This preview can no longer be decided: it is {preview.get_status_display().lower()}.",
+            code="not_awaiting_decision",
+        )
+    if role == ApprovalRole.STAFF and preview.actor_id == approver.pk:
+        return DecisionError(
+            "You proposed this action yourself; another staff member must review it.",
+            code="four_eyes",
+        )
+    if digest != preview.digest:
+        return DecisionError(
+            "What you saw is not what this preview says now. Review it again before deciding.",
+            code="digest_mismatch",
+        )
+    return None
+
+
+# Execution -----------------------------------------------------------------------------------
+
+
+def _execution_problem(preview: Preview, action: Action, subject: Any) -> tuple[PreviewStatus, str, str] | None:
+    if subject is None:
+        return PreviewStatus.FAILED, "subject_unavailable", "The order or invoice no longer exists."
+    if _preview_digest(preview) != preview.digest:
+        return PreviewStatus.FAILED, "digest_mismatch", "The preview does not match what was approved."
+    approvals = {a.role: a for a in preview.approvals.all()}
+    for role in preview.required_approvals:
+        approval = approvals.get(role)
+        if (
+            approval is None
+            or approval.digest != preview.digest
+            or approval.subject_version != preview.subject_version
+            or approval.created_at > preview.expires_at
+        ):
+            return PreviewStatus.FAILED, "approval_missing", f"The {role} approval is missing or does not match."
+    if action.subject_version(subject) != preview.subject_version:
+        return (
+            PreviewStatus.SUPERSEDED,
+            "subject_changed",
+            "The order or invoice changed after this preview was approved; a new preview is needed.",
+        )
+    return None
+
+
+def preview_execute(*, preview_id: Any) -> Preview | None:
+    """Execute an approved preview exactly once. Safe to run twice, concurrently, or after a crash.
+
+    Raises TransientExecutionError (from the action) when a retry may succeed.
+    """
+    try:
+        with transaction.atomic():
+            preview = Preview.objects.select_for_update().filter(pk=preview_id).first()
+            if preview is None:
+                logger.warning("execute_preview: no preview %s", preview_id)
+                return None
+            if preview.status != PreviewStatus.APPROVED:
+                return preview
+            action = registry.action(preview.action)
+            if action is None:
+                raise ExecutionFailure(f"No action {preview.action!r} is registered.", code="unknown_action")
+            subject = action.lock_subject(preview)
+            problem = _execution_problem(preview, action, subject)
+            if problem is not None:
+                status, code, reason = problem
+                _mark(preview, status, code=code, reason=reason)
+                event = AuditEvent.SUPERSEDED if status == PreviewStatus.SUPERSEDED else AuditEvent.EXECUTION_FAILED
+                audit_record(event=event, preview=preview, result={"code": code, "reason": reason})
+                return preview
+            try:
+                action.revalidate(preview=preview, subject=subject)
+            except PolicyRefusal as refusal:
+                _mark(preview, PreviewStatus.FAILED, code=refusal.code, reason=refusal.message)
+                audit_record(event=AuditEvent.EXECUTION_FAILED, preview=preview, result={"error": refusal.as_dict()})
+                return preview
+            result = action.execute(preview=preview, subject=subject)
+            preview.status = PreviewStatus.EXECUTED
+            preview.result = result
+            preview.executed_at = timezone.now()
+            preview.save(update_fields=["status", "result", "executed_at", "status_changed_at"])
+            audit_record(
+                event=AuditEvent.EXECUTED,
+                preview=preview,
+                approval_basis={
+                    a.role: {"approver": a.approver_id, "digest": a.digest, "basis": a.basis}
+                    for a in preview.approvals.all()
+                },
+                result=result,
+            )
+            _supersede_siblings(preview, action, subject)
+            return preview
+    except ExecutionFailure as failure:
+        return preview_fail(preview_id=preview_id, code=failure.code, reason=failure.message, facts=failure.facts)
+
+
+def _supersede_siblings(preview: Preview, action: Action, subject: Any) -> None:
+    """Open previews on the same subject were made against a version that no longer exists."""
+    new_version = action.subject_version(subject)
+    siblings = (
+        Preview.objects.select_for_update()
+        .filter(subject_type=preview.subject_type, subject_id=preview.subject_id, status__in=OPEN_STATUSES)
+        .exclude(pk=preview.pk)
+        .exclude(subject_version=new_version)
+        .order_by("pk")
+    )
+    for sibling in siblings:
+        _mark(
+            sibling,
+            PreviewStatus.SUPERSEDED,
+            code="subject_changed",
+            reason=f"Another action on {preview.subject_id} was completed first; a new preview is needed.",
+        )
+        audit_record(event=AuditEvent.SUPERSEDED, preview=sibling, result={"by_preview": str(preview.pk)})
+
+
+def preview_fail(*, preview_id: Any, code: str, reason: str, facts: dict[str, Any] | None = None) -> Preview | None:
+    """Mark an approved preview failed for good (a permanent refusal, or retries exhausted)."""
+    with transaction.atomic():
+        preview = Preview.objects.select_for_update().filter(pk=preview_id).first()
+        if preview is None or preview.status != PreviewStatus.APPROVED:
+            return preview
+        _mark(preview, PreviewStatus.FAILED, code=code, reason=reason)
+        audit_record(
+            event=AuditEvent.EXECUTION_FAILED,
+            preview=preview,
+            result={"code": code, "reason": reason, **(facts or {})},
+        )
+        return preview

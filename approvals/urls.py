@@ -1,0 +1,11 @@
+from django.urls import path
+
+from . import views
+
+app_name = "approvals"
+
+urlpatterns = [
+    path("<uuid:preview_id>/", views.preview_page, name="preview"),
+    path("<uuid:preview_id>/confirm", views.preview_confirm, name="confirm"),
+    path("<uuid:preview_id>/decline", views.preview_decline_view, name="decline"),
+]

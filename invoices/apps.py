@@ -1,0 +1,23 @@
+from django.apps import AppConfig
+
+
+class InvoicesConfig(AppConfig):
+    name = "invoices"
+
+    def ready(self) -> None:
+        from approvals.registry import ImportSection, registry
+
+        from .serializers import InvoiceImportSerializer, StandingApprovalImportSerializer
+        from .services import invoice_upsert, standing_approval_upsert
+
+        registry.register_import_section(
+            ImportSection(key="invoices", item_serializer=InvoiceImportSerializer, write=invoice_upsert, order=30)
+        )
+        registry.register_import_section(
+            ImportSection(
+                key="standing_approvals",
+                item_serializer=StandingApprovalImportSerializer,
+                write=standing_approval_upsert,
+                order=40,
+            )
+        )

@@ -1,0 +1,64 @@
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from rest_framework import serializers
+
+from approvals.arguments import MAX_SAFE_MINOR, StrictCharField, StrictChoiceField, StrictIntegerField, StrictSerializer
+from approvals.money import is_known_currency
+
+from .models import Invoice, InvoiceStatus
+
+
+class InvoiceLineImportSerializer(StrictSerializer):
+    description = StrictCharField(max_length=500)
+    quantity = StrictIntegerField(min_value=1, max_value=10**9)
+    unit_minor = StrictIntegerField(min_value=0, max_value=MAX_SAFE_MINOR)
+
+
+class InvoiceImportSerializer(StrictSerializer):
+    number = StrictCharField(max_length=64)
+    customer = StrictCharField(max_length=150)
+    currency = StrictCharField(min_length=3, max_length=3)
+    status = StrictChoiceField(choices=InvoiceStatus.choices)
+    contacts = serializers.ListField(child=serializers.EmailField(), required=False, default=list)
+    lines = InvoiceLineImportSerializer(many=True)
+
+    def validate_currency(self, value: str) -> str:
+        if not is_known_currency(value):
+            raise serializers.ValidationError(f"{value!r} is not an ISO 4217 currency code.")
+        return value
+
+    def validate_customer(self, value: str) -> str:
+        if value not in self.context.get("usernames", set()) and not get_user_model().objects.filter(
+            username=value
+        ).exists():
+            raise serializers.ValidationError(f"No customer {value!r} in the file or the database.")
+        return value
+
+    def validate(self, data: dict[str, Any]) -> dict[str, Any]:
+        total = sum(line["quantity"] * line["unit_minor"] for line in data["lines"])
+        if total > MAX_SAFE_MINOR:
+            raise serializers.ValidationError({"lines": "The invoice total is too large."})
+        return data
+
+
+class StandingApprovalImportSerializer(StrictSerializer):
+    invoice = StrictCharField(max_length=64)
+    recipient = serializers.EmailField()
+    approved_by = StrictCharField(max_length=150)
+
+    def validate_invoice(self, value: str) -> str:
+        in_file = {
+            item.get("number") for item in self.context.get("document", {}).get("invoices", [])
+            if isinstance(item, dict)
+        }
+        if value not in in_file and not Invoice.objects.filter(number=value).exists():
+            raise serializers.ValidationError(f"No invoice {value!r} in the file or the database.")
+        return value
+
+    def validate_approved_by(self, value: str) -> str:
+        if value not in self.context.get("staff", set()) and not get_user_model().objects.filter(
+            username=value, is_staff=True
+        ).exists():
+            raise serializers.ValidationError(f"No staff member {value!r} in the file or the database.")
+        return value

@@ -1,0 +1,58 @@
+"""Write services for invoices (their sends come with the send_invoice action)."""
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db.models import F
+
+from .models import Invoice, InvoiceContact, InvoiceLine, StandingApproval
+
+
+def _snapshot(invoice: Invoice) -> tuple[Any, ...]:
+    lines = tuple(invoice.lines.values_list("description", "quantity", "unit_minor"))
+    contacts = tuple(sorted(invoice.contacts.values_list("email", flat=True)))
+    return (invoice.customer_id, invoice.currency, invoice.status, lines, contacts)
+
+
+def invoice_upsert(data: dict[str, Any]) -> str:
+    """Create or update one invoice with its lines and contacts; bump the version on a change."""
+    customer = get_user_model().objects.get(username=data["customer"])
+    lines = [(line["description"], line["quantity"], line["unit_minor"]) for line in data["lines"]]
+    contacts = sorted(set(data["contacts"]))
+    wanted = (customer.pk, data["currency"], data["status"], tuple(lines), tuple(contacts))
+    invoice = Invoice.objects.select_for_update().filter(number=data["number"]).first()
+    outcome = "created"
+    if invoice is None:
+        invoice = Invoice.objects.create(
+            number=data["number"], customer=customer, currency=data["currency"], status=data["status"]
+        )
+    elif _snapshot(invoice) == wanted:
+        return "unchanged"
+    else:
+        outcome = "updated"
+        invoice.customer = customer
+        invoice.currency = data["currency"]
+        invoice.status = data["status"]
+        invoice.version = F("version") + 1
+    invoice.total_minor = sum(quantity * unit for _, quantity, unit in lines)
+    invoice.save()
+    invoice.lines.all().delete()
+    InvoiceLine.objects.bulk_create(
+        InvoiceLine(invoice=invoice, position=i, description=d, quantity=q, unit_minor=u)
+        for i, (d, q, u) in enumerate(lines, start=1)
+    )
+    invoice.contacts.all().delete()
+    InvoiceContact.objects.bulk_create(InvoiceContact(invoice=invoice, email=email) for email in contacts)
+    return outcome
+
+
+def standing_approval_upsert(data: dict[str, Any]) -> str:
+    """Record staff's advance approval of one send to the exact pair, unless an unused one exists."""
+    invoice = Invoice.objects.get(number=data["invoice"])
+    if StandingApproval.objects.filter(
+        invoice=invoice, recipient=data["recipient"], consumed_at__isnull=True
+    ).exists():
+        return "unchanged"
+    approver = get_user_model().objects.get(username=data["approved_by"])
+    StandingApproval.objects.create(invoice=invoice, recipient=data["recipient"], approved_by=approver)
+    return "created"

@@ -1,0 +1,17 @@
+from django.apps import AppConfig
+
+
+class RefundsConfig(AppConfig):
+    name = "refunds"
+
+    def ready(self) -> None:
+        from approvals.registry import ImportSection, registry
+
+        from .actions import RefundOrderAction
+        from .serializers import OrderImportSerializer
+        from .services import order_upsert
+
+        registry.register_action(RefundOrderAction())
+        registry.register_import_section(
+            ImportSection(key="orders", item_serializer=OrderImportSerializer, write=order_upsert, order=20)
+        )

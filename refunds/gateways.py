@@ -1,0 +1,70 @@
+"""Payment gateways. Every refund carries the idempotency key `refund:<preview id>`, so a
+gateway answers a repeated call with the refund it already made, as real providers do."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Protocol
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.db import IntegrityError, transaction
+
+from approvals.errors import ExecutionFailure
+
+from .models import LocalGatewayRefund
+
+
+@dataclass(frozen=True)
+class GatewayRefund:
+    id: str
+    amount_minor: int
+    currency: str
+
+
+class GatewayDeclined(ExecutionFailure):
+    """The provider refused the refund for good (e.g. already refunded); do not retry."""
+
+    code = "gateway_declined"
+
+
+class PaymentGateway(Protocol):
+    def refund(
+        self, *, payment_ref: str, amount_minor: int, currency: str, idempotency_key: str
+    ) -> GatewayRefund: ...
+
+
+class LocalGateway:
+    """A gateway kept in the shop's own database, for the demo and for tests."""
+
+    def refund(
+        self, *, payment_ref: str, amount_minor: int, currency: str, idempotency_key: str
+    ) -> GatewayRefund:
+        existing = LocalGatewayRefund.objects.filter(idempotency_key=idempotency_key).first()
+        if existing is None:
+            try:
+                with transaction.atomic():
+                    existing = LocalGatewayRefund.objects.create(
+                        idempotency_key=idempotency_key,
+                        refund_id="lr_" + secrets.token_hex(12),
+                        payment_ref=payment_ref,
+                        amount_minor=amount_minor,
+                        currency=currency,
+                    )
+            except IntegrityError:
+                existing = LocalGatewayRefund.objects.get(idempotency_key=idempotency_key)
+        if (existing.payment_ref, existing.amount_minor, existing.currency) != (payment_ref, amount_minor, currency):
+            raise GatewayDeclined(
+                f"The idempotency key {idempotency_key} was used for a different refund.",
+                code="idempotency_error",
+            )
+        return GatewayRefund(id=existing.refund_id, amount_minor=existing.amount_minor, currency=existing.currency)
+
+
+def payment_gateway() -> PaymentGateway:
+    if settings.PAYMENT_GATEWAY == "local":
+        return LocalGateway()
+    raise ImproperlyConfigured(
+        f"PAYMENT_GATEWAY={settings.PAYMENT_GATEWAY!r} is not supported; this build supports 'local'."
+    )

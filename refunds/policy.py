@@ -1,0 +1,90 @@
+"""The refund policy (seed 001): trusted order data decides, in this order, first failure wins."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from approvals.errors import PolicyRefusal
+
+from .models import Order, OrderStatus
+
+LATE_MIN_DELIVERY_DAYS = 8  # `late` needs delivery more than 7 days after the order was placed
+
+
+class RefundReason:
+    DAMAGED = "damaged"
+    LATE = "late"
+    UNWANTED = "unwanted"
+    ALL = (DAMAGED, LATE, UNWANTED)
+
+
+@dataclass(frozen=True)
+class RuleCheck:
+    rule: str
+    passed: bool
+    detail: str
+
+
+def order_unavailable(order_id: str) -> PolicyRefusal:
+    # The same words whether the order is someone else's or does not exist at all.
+    return PolicyRefusal(
+        f"Order {order_id} is not available: no such order belongs to this customer.",
+        code="order_unavailable",
+    )
+
+
+def refund_policy_checks(
+    *, order: Order, amount_minor: int, reason: str
+) -> list[tuple[RuleCheck, PolicyRefusal | None]]:
+    """Rules 2-5 against an order the actor owns, each with the refusal it would give."""
+    remaining = order.remaining_minor
+    days = order.delivery_days
+    checks: list[tuple[RuleCheck, PolicyRefusal | None]] = []
+
+    refundable = order.status == OrderStatus.DELIVERED
+    checks.append((
+        RuleCheck("order_refundable", refundable, f"Order status is {order.status}; only delivered is refundable."),
+        None if refundable else PolicyRefusal(
+            f"Order {order.number} is {order.status}; only delivered orders can be refunded.",
+            code="order_not_refundable", order_status=order.status,
+        ),
+    ))
+    nonzero = amount_minor != 0
+    checks.append((
+        RuleCheck("amount_not_zero", nonzero, f"Amount is {amount_minor}."),
+        None if nonzero else PolicyRefusal(
+            f"A refund of 0 on {order.number} would do nothing; propose an amount of at least 1 "
+            f"in minor units of {order.currency}.",
+            code="zero_amount",
+        ),
+    ))
+    within = amount_minor <= remaining
+    checks.append((
+        RuleCheck("amount_within_remaining", within,
+                  f"Amount {amount_minor} against {remaining} remaining ({order.total_minor} total, "
+                  f"{order.refunded_minor} refunded)."),
+        None if within else PolicyRefusal(
+            f"Refund of {amount_minor} exceeds the {remaining} remaining on {order.number}",
+            code="amount_exceeds_remaining", remaining_minor=remaining,
+        ),
+    ))
+    if reason == RefundReason.LATE:
+        late = days is not None and days >= LATE_MIN_DELIVERY_DAYS
+        checks.append((
+            RuleCheck("reason_applies", late, f"Delivered {days} days after the order was placed."),
+            None if late else PolicyRefusal(
+                f"Reason late needs delivery more than 7 days after the order was placed; "
+                f"{order.number} was delivered {days} days after it was placed.",
+                code="reason_not_applicable", delivery_days=days,
+            ),
+        ))
+    else:
+        checks.append((RuleCheck("reason_applies", True, f"Reason {reason} needs no dates."), None))
+    return checks
+
+
+def refund_policy_check(*, order: Order, amount_minor: int, reason: str) -> None:
+    """Raise the first rule's refusal; return when the refund is allowed."""
+    for _check, refusal in refund_policy_checks(order=order, amount_minor=amount_minor, reason=reason):
+        if refusal is not None:
+            raise refusal

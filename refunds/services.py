@@ -1,0 +1,62 @@
+"""Write services for orders and refunds."""
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db.models import F
+
+from approvals.models import Preview
+
+from .gateways import payment_gateway
+from .models import Order, Refund
+
+ORDER_IMPORT_FIELDS = (
+    "currency", "total_minor", "refunded_minor", "status", "placed_at", "delivered_at", "payment_ref",
+)
+
+
+def order_upsert(data: dict[str, Any]) -> str:
+    """Create or update one order from import data; the version goes up only on a real change."""
+    customer = get_user_model().objects.get(username=data["customer"])
+    values = {field: data[field] for field in ORDER_IMPORT_FIELDS}
+    order = Order.objects.select_for_update().filter(number=data["id"]).first()
+    if order is None:
+        Order.objects.create(number=data["id"], customer=customer, **values)
+        return "created"
+    changed = order.customer_id != customer.pk or any(getattr(order, f) != v for f, v in values.items())
+    if not changed:
+        return "unchanged"
+    for field, value in values.items():
+        setattr(order, field, value)
+    order.customer = customer
+    order.version = F("version") + 1
+    order.save()
+    return "updated"
+
+
+def refund_commit(*, preview: Preview, order: Order) -> dict[str, Any]:
+    """Pay the refund through the gateway and record it. Runs under the engine's locks."""
+    gateway_refund = payment_gateway().refund(
+        payment_ref=order.payment_ref or order.number,
+        amount_minor=preview.amount_minor,
+        currency=preview.currency,
+        idempotency_key=f"refund:{preview.pk}",
+    )
+    Refund.objects.create(
+        order=order,
+        preview=preview,
+        amount_minor=preview.amount_minor,
+        currency=preview.currency,
+        reason=preview.payload["reason"],
+        gateway_refund_id=gateway_refund.id,
+    )
+    order.refunded_minor += preview.amount_minor
+    order.version += 1
+    order.save(update_fields=["refunded_minor", "version", "updated_at"])
+    return {
+        "refund_id": gateway_refund.id,
+        "order_id": order.number,
+        "amount_minor": preview.amount_minor,
+        "currency": preview.currency,
+        "order_refunded_minor": order.refunded_minor,
+    }

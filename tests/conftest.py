@@ -1,0 +1,81 @@
+"""Shared fixtures. Tests marked `postgres` need real row locks: on SQLite they are skipped,
+unless REQUIRE_POSTGRES=1 (as in CI), where running them on anything else is an error."""
+
+import os
+
+import pytest
+from django.conf import settings
+from rest_framework.test import APIClient
+
+from approvals.services import agent_session_create
+from tests.factories import OrderFactory, UserFactory
+
+ON_POSTGRES = settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
+
+
+def pytest_collection_modifyitems(config, items):
+    if ON_POSTGRES:
+        return
+    if os.environ.get("REQUIRE_POSTGRES") == "1":
+        raise pytest.UsageError("REQUIRE_POSTGRES=1 but DATABASE_URL does not point at PostgreSQL")
+    skip = pytest.mark.skip(reason="needs PostgreSQL row locks: set DATABASE_URL=postgres://...")
+    for item in items:
+        if "postgres" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def alice(db):
+    return UserFactory(username="alice")
+
+
+@pytest.fixture
+def bob(db):
+    return UserFactory(username="bob")
+
+
+@pytest.fixture
+def o12(alice):
+    """Seed 000: Alice's order in EUR."""
+    return OrderFactory(number="o-12", customer=alice, currency="EUR", total_minor=1000)
+
+
+@pytest.fixture
+def o17(bob):
+    """Seed 000: Bob's order in USD."""
+    return OrderFactory(number="o-17", customer=bob, currency="USD", total_minor=1000)
+
+
+@pytest.fixture
+def ord4417(alice):
+    """Seed 001: delivered two days after it was placed."""
+    return OrderFactory(number="ORD-4417", customer=alice, currency="EUR", total_minor=2499)
+
+
+def agent_client_for(user, tools=("refund_order",), **kwargs):
+    session, token = agent_session_create(user=user, tools=list(tools), **kwargs)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    client.agent_session = session
+    client.token = token
+    return client
+
+
+@pytest.fixture
+def alice_agent(alice):
+    return agent_client_for(alice)
+
+
+@pytest.fixture
+def bob_agent(bob):
+    return agent_client_for(bob)
+
+
+def propose(client, name="refund_order", headers=None, **arguments):
+    """POST a tool call with object arguments; returns the response."""
+    return client.post(
+        "/api/agent/tool-calls",
+        {"name": name, "arguments": arguments},
+        format="json",
+        headers=headers or {},
+    )
