@@ -10,10 +10,16 @@ class UserFactory(factory.django.DjangoModelFactory):
     class Meta:
         model = get_user_model()
         django_get_or_create = ("username",)
+        skip_postgeneration_save = True
 
     username = factory.Sequence(lambda n: f"customer{n}")
     email = factory.LazyAttribute(lambda u: f"{u.username}@example.test")
     password = factory.PostGenerationMethodCall("set_password", "pass-for-tests")
+
+    @classmethod
+    def _after_postgeneration(cls, instance, create, results=None):
+        if create and results:
+            instance.save()
 
 
 class StaffFactory(UserFactory):
