@@ -23,6 +23,8 @@ def _flatten(errors: Any, path: str) -> list[str]:
         for key, value in errors.items():
             if key == "non_field_errors":
                 out.extend(_flatten(value, path))
+            elif isinstance(key, int) or (isinstance(key, str) and key.isdigit()):
+                out.extend(_flatten(value, f"{path}[{key}]"))
             else:
                 out.extend(_flatten(value, f"{path}.{key}"))
         return out

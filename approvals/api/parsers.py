@@ -56,6 +56,10 @@ def strict_json_loads(text: str) -> Any:
 class StrictJSONParser(JSONParser):
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
         raw = stream.read(settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1) if stream is not None else b""
+        request = (parser_context or {}).get("request")
+        if request is not None:
+            # Kept so that a body that cannot be parsed is still audited as it was received.
+            request.raw_body_text = raw[: settings.DATA_UPLOAD_MAX_MEMORY_SIZE].decode("utf-8", errors="replace")
         if len(raw) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
             raise ParseError(f"The request body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes.")
         try:

@@ -10,6 +10,7 @@ from django.http import Http404
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.authentication import SessionAuthentication
+from rest_framework.exceptions import ParseError, UnsupportedMediaType
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -118,8 +119,18 @@ class ToolCallView(AgentAPIView):
     )
     def post(self, request: Request) -> Response:
         session = request.auth
-        raw_arguments = _raw_arguments(request.data)
-        tool_name = request.data.get("name") if isinstance(request.data, dict) else None
+        try:
+            data = request.data
+        except (ParseError, UnsupportedMediaType) as error:
+            # Not even JSON: still a tool call from this session, audited with the body as received.
+            proposal_audit_rejected(
+                agent_session=session, event=AuditEvent.PROPOSAL_INVALID, tool_name="",
+                raw_arguments=getattr(request, "raw_body_text", ""),
+                error={"code": "malformed_request", "message": str(error.detail)},
+            )
+            raise
+        raw_arguments = _raw_arguments(data)
+        tool_name = data.get("name") if isinstance(data, dict) else None
         tool_name = tool_name if isinstance(tool_name, str) else ""
 
         def reject(http_status: int, event: AuditEvent, code: str, message: str, **facts: Any) -> Response:
@@ -130,7 +141,7 @@ class ToolCallView(AgentAPIView):
             )
             return Response(body, status=http_status)
 
-        envelope = ToolCallSerializer(data=request.data)
+        envelope = ToolCallSerializer(data=data)
         if not envelope.is_valid():
             return reject(400, AuditEvent.PROPOSAL_INVALID, "invalid_request",
                           "The tool call envelope is malformed.", fields=envelope.errors)
