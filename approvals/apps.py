@@ -6,6 +6,7 @@ class ApprovalsConfig(AppConfig):
     verbose_name = "Approvals engine"
 
     def ready(self) -> None:
+        from .api import schema  # noqa: F401  (registers the OpenAPI auth extension)
         from .people import CustomerImportSerializer, StaffImportSerializer, customer_upsert, staff_upsert
         from .registry import ImportSection, registry
 
