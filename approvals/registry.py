@@ -33,9 +33,37 @@ class Proposal:
 
 
 @dataclass(frozen=True)
+class StandingGrant:
+    """An approval given in advance (e.g. staff's standing approval of an exact invoice/recipient pair)."""
+
+    role: str
+    approver: Any
+    basis: str
+
+
+@dataclass(frozen=True)
 class DisplayRow:
     label: str
     value: str
+
+
+@dataclass(frozen=True)
+class RuleResult:
+    """One policy rule evaluated against trusted data, with the numbers it compared."""
+
+    rule: str
+    passed: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class FactTable:
+    """Verified rows from the database shown to a reviewer, e.g. earlier refunds on the order."""
+
+    caption: str
+    columns: list[str]
+    rows: list[list[str]]
+    empty: str = "None."
 
 
 class Action(ABC):
@@ -44,6 +72,9 @@ class Action(ABC):
     name: str = ""
     description: str = ""
     arguments_serializer: type[Serializer]
+    # The permission ("app_label.codename") a staff member needs to see, approve, reject or retry
+    # previews of this kind in the console. Define it in approvals.models.Preview.Meta.permissions.
+    review_permission: str = "approvals.review_preview"
 
     @abstractmethod
     def may_use(self, user: AbstractBaseUser) -> bool:
@@ -83,6 +114,10 @@ class Action(ABC):
         """The exact facts a person approves, formatted for people."""
         ...
 
+    def claim_standing_grant(self, preview: Preview) -> StandingGrant | None:
+        """Consume an approval given in advance for exactly this preview, if there is one (under lock)."""
+        return None
+
     def consequence(self, preview: Preview) -> str:
         """What happens when the person says yes, in words."""
         return ""
@@ -96,6 +131,27 @@ class Action(ABC):
     def outcome_text(self, preview: Preview) -> str:
         """What happened, for the person, once executed."""
         ...
+
+    # Staff review hooks. Everything they return must come from the database, never from the agent.
+
+    def review_summary(self, preview: Preview) -> str:
+        """One queue row in words: "Refund €120.00 on o-12 for alice, damaged".
+
+        Called once per row of the queue: use only the preview and its `actor` (selected with it).
+        """
+        return self.headline(preview)
+
+    def review_facts(self, preview: Preview) -> list[DisplayRow]:
+        """Verified facts about the subject as it is now (order, customer, totals...)."""
+        return []
+
+    def policy_evaluation(self, preview: Preview) -> list[RuleResult]:
+        """Each policy rule evaluated now against the subject, with its numbers."""
+        return []
+
+    def review_tables(self, preview: Preview) -> list[FactTable]:
+        """Verified history of the subject, e.g. earlier refunds on the same order."""
+        return []
 
 
 @dataclass

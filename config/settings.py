@@ -187,3 +187,5 @@ LOGGING = {
 CELERY_BEAT_SCHEDULE = {
     "expire-previews": {"task": "approvals.expire_previews", "schedule": 60.0},
 }
+
+SHOP_NAME = env.str("SHOP_NAME", default="Example Shop")

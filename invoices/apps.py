@@ -7,9 +7,11 @@ class InvoicesConfig(AppConfig):
     def ready(self) -> None:
         from approvals.registry import ImportSection, registry
 
+        from .actions import SendInvoiceAction
         from .serializers import InvoiceImportSerializer, StandingApprovalImportSerializer
         from .services import invoice_upsert, standing_approval_upsert
 
+        registry.register_action(SendInvoiceAction())
         registry.register_import_section(
             ImportSection(key="invoices", item_serializer=InvoiceImportSerializer, write=invoice_upsert, order=30)
         )

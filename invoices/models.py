@@ -24,6 +24,9 @@ class Invoice(models.Model):
         constraints = [
             models.CheckConstraint(condition=Q(total_minor__gte=0), name="invoice_total_not_negative"),
         ]
+        permissions = [
+            ("send_any_invoice", "Can have any invoice sent through their own agent session"),
+        ]
 
     def __str__(self) -> str:
         return self.number
@@ -72,6 +75,38 @@ class StandingApproval(models.Model):
     approved_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     consumed_at = models.DateTimeField(null=True, blank=True)
+    consumed_by = models.OneToOneField(
+        "approvals.Preview", on_delete=models.PROTECT, null=True, blank=True, related_name="standing_approval"
+    )
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(consumed_at__isnull=True, consumed_by__isnull=True)
+                | Q(consumed_at__isnull=False, consumed_by__isnull=False),
+                name="standing_approval_consumed_by_one_preview",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.invoice} → {self.recipient}"
+
+
+class Delivery(models.Model):
+    """What was handed to the mail server for one executed send, and its answer. One per preview."""
+
+    preview = models.OneToOneField("approvals.Preview", on_delete=models.PROTECT, related_name="delivery")
+    invoice = models.ForeignKey(Invoice, on_delete=models.PROTECT, related_name="deliveries")
+    invoice_version = models.PositiveIntegerField()
+    recipients = models.JSONField(help_text="The envelope recipients the mail server accepted.")
+    subject = models.CharField(max_length=300)
+    message_id = models.CharField(max_length=300, unique=True)
+    content_digest = models.CharField(max_length=64)
+    sent_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["sent_at"]
+        verbose_name_plural = "deliveries"
+
+    def __str__(self) -> str:
+        return f"{self.invoice} to {', '.join(self.recipients)}"

@@ -62,3 +62,12 @@ class StandingApprovalImportSerializer(StrictSerializer):
         ).exists():
             raise serializers.ValidationError(f"No staff member {value!r} in the file or the database.")
         return value
+
+
+class SendInvoiceArguments(StrictSerializer):
+    """What the agent may send: the invoice and one exact recipient. Nothing else."""
+
+    invoice_id = StrictCharField(max_length=64, help_text="The invoice number, e.g. INV-17.")
+    recipient = StrictCharField(
+        max_length=254, help_text="Exactly one email address to send the invoice to, e.g. billing@example.test."
+    )

@@ -141,4 +141,4 @@ def test_seed_demo_loads_the_seed_documents_shop_and_mints_a_working_token(db, c
     assert Invoice.objects.get(number="INV-17").contacts.get().email == "billing@example.test"
     token = out.getvalue().strip().splitlines()[-1]
     response = client.get("/api/agent/tools", headers={"Authorization": f"Bearer {token}"})
-    assert [tool["name"] for tool in response.json()["tools"]] == ["refund_order"]
+    assert [tool["name"] for tool in response.json()["tools"]] == ["refund_order", "send_invoice"]

@@ -1,0 +1,175 @@
+"""`send_invoice(invoice_id, recipient)`: a typed control point plugged into the approvals engine."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
+from django.db.models import Q
+from django.utils import timezone
+
+from approvals.errors import PolicyRefusal
+from approvals.models import ApprovalRole, Preview
+from approvals.money import format_minor
+from approvals.registry import Action, DisplayRow, Proposal, StandingGrant
+
+from .mail import SEND_INVOICE, invoice_email_send
+from .models import Invoice, InvoiceStatus, StandingApproval
+from .rendering import invoice_email_render
+from .serializers import SendInvoiceArguments
+
+SEND_ANY_INVOICE = "invoices.send_any_invoice"
+
+
+def invoice_unavailable(invoice_id: str) -> PolicyRefusal:
+    # The same words whether the invoice belongs to someone else or does not exist.
+    return PolicyRefusal(
+        f"Invoice {invoice_id} is not available: no such invoice may be sent by you.",
+        code="invoice_unavailable",
+    )
+
+
+def recipient_problem(recipient: str) -> str | None:
+    if any(ch.isspace() or ch in ",;<>\"'" for ch in recipient) or not recipient.isprintable():
+        return "must be one bare address, without names, spaces, separators or line breaks"
+    try:
+        validate_email(recipient)
+    except ValidationError:
+        return "is not a valid email address"
+    return None
+
+
+def invoices_sendable_by(actor: Any) -> Any:
+    queryset = Invoice.objects.all()
+    if actor.has_perm(SEND_ANY_INVOICE):
+        return queryset
+    return queryset.filter(customer=actor)
+
+
+def send_invoice_policy_check(*, invoice: Invoice, recipient: str) -> None:
+    if invoice.status != InvoiceStatus.ISSUED:
+        raise PolicyRefusal(
+            f"Invoice {invoice.number} is {invoice.status}; only issued invoices can be sent.",
+            code="invoice_not_issued", invoice_status=invoice.status,
+        )
+    problem = recipient_problem(recipient)
+    if problem is not None:
+        raise PolicyRefusal(f"The recipient {recipient!r} {problem}.", code="recipient_invalid")
+
+
+class SendInvoiceAction(Action):
+    name = SEND_INVOICE
+    description = (
+        "Propose sending one issued invoice by email to exactly one recipient address. "
+        "Nothing is sent by this call: the send happens only once staff approved this exact "
+        "invoice and recipient (or a standing approval for that exact pair exists), and the "
+        "result says whether it was sent. Report that status, not your own conclusion."
+    )
+    arguments_serializer = SendInvoiceArguments
+
+    def may_use(self, user: Any) -> bool:
+        return bool(user.is_active) and (not user.is_staff or user.has_perm(SEND_ANY_INVOICE))
+
+    def propose(self, *, actor: Any, arguments: dict[str, Any]) -> Proposal:
+        invoice_id, recipient = arguments["invoice_id"], arguments["recipient"]
+        invoice = invoices_sendable_by(actor).filter(number=invoice_id).first()
+        if invoice is None:
+            raise invoice_unavailable(invoice_id)
+        send_invoice_policy_check(invoice=invoice, recipient=recipient)
+        rendered = invoice_email_render(invoice=invoice, recipient=recipient)
+        return Proposal(
+            subject_type="invoice",
+            subject_id=invoice.number,
+            subject_version=invoice.version,
+            payload={
+                "invoice_id": invoice.number,
+                "recipient": recipient,
+                "subject": rendered.subject,
+                "content_digest": rendered.digest,
+            },
+            amount_minor=invoice.total_minor,
+            currency=invoice.currency,
+            required_approvals=[ApprovalRole.STAFF.value],
+        )
+
+    def claim_standing_grant(self, preview: Preview) -> StandingGrant | None:
+        standing = (
+            StandingApproval.objects.select_for_update()
+            .filter(
+                invoice__number=preview.subject_id,
+                recipient=preview.payload["recipient"],
+                consumed_at__isnull=True,
+            )
+            .exclude(approved_by=preview.actor_id)
+            .order_by("pk")
+            .first()
+        )
+        if standing is None:
+            return None
+        standing.consumed_at = timezone.now()
+        standing.consumed_by = preview
+        standing.save(update_fields=["consumed_at", "consumed_by"])
+        return StandingGrant(
+            role=ApprovalRole.STAFF,
+            approver=standing.approved_by,
+            basis=f"standing approval #{standing.pk} for {preview.subject_id} to "
+            f"{standing.recipient} by {standing.approved_by.get_username()}",
+        )
+
+    def lock_subject(self, preview: Preview) -> Invoice | None:
+        return Invoice.objects.select_for_update().filter(number=preview.subject_id).first()
+
+    def revalidate(self, *, preview: Preview, subject: Any) -> None:
+        invoice: Invoice = subject
+        if not invoices_sendable_by(preview.actor).filter(pk=invoice.pk).exists():
+            raise invoice_unavailable(invoice.number)
+        send_invoice_policy_check(invoice=invoice, recipient=preview.payload["recipient"])
+
+    def execute(self, *, preview: Preview, subject: Any) -> dict[str, Any]:
+        delivery = invoice_email_send(preview=preview, invoice=subject)
+        return {
+            "delivery_id": delivery.pk,
+            "invoice_id": subject.number,
+            "recipients": delivery.recipients,
+            "subject": delivery.subject,
+            "message_id": delivery.message_id,
+            "content_digest": delivery.content_digest,
+        }
+
+    def headline(self, preview: Preview) -> str:
+        return f"Send invoice {preview.subject_id} to {preview.payload['recipient']}"
+
+    def display_rows(self, preview: Preview) -> list[DisplayRow]:
+        return [
+            DisplayRow("Invoice", preview.subject_id),
+            DisplayRow("Recipient", preview.payload["recipient"]),
+            DisplayRow("Total", format_minor(preview.amount_minor, preview.currency)),
+            DisplayRow("Subject", preview.payload["subject"]),
+        ]
+
+    def consequence(self, preview: Preview) -> str:
+        return (
+            f"Invoice {preview.subject_id} is emailed to {preview.payload['recipient']} exactly as shown. "
+            "An email cannot be recalled once the mail server accepts it."
+        )
+
+    def preview_fields(self, preview: Preview) -> dict[str, Any]:
+        return {
+            "invoice_id": preview.payload["invoice_id"],
+            "recipient": preview.payload["recipient"],
+            "amount_minor": preview.amount_minor,
+            "currency": preview.currency,
+        }
+
+    def outcome_text(self, preview: Preview) -> str:
+        result = preview.result or {}
+        return (
+            f"Invoice {preview.subject_id} was accepted by the mail server for "
+            f"{', '.join(result.get('recipients', []))} (message id {result.get('message_id', '')})."
+        )
+
+    def known_contact(self, preview: Preview) -> bool:
+        return Invoice.objects.filter(
+            Q(number=preview.subject_id), Q(contacts__email=preview.payload["recipient"])
+        ).exists()

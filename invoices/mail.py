@@ -1,0 +1,89 @@
+"""The only code that sends an invoice email: it sends exactly what a person approved, once."""
+
+from __future__ import annotations
+
+import smtplib
+
+from django.conf import settings
+from django.core.mail import EmailMultiAlternatives
+
+from approvals.errors import ExecutionFailure, TransientExecutionError
+from approvals.models import Preview, PreviewStatus
+
+from .models import Delivery, Invoice
+from .rendering import invoice_email_render
+
+SEND_INVOICE = "send_invoice"
+
+
+class InvoiceSendRefused(ExecutionFailure):
+    code = "send_refused"
+
+
+def _message_id(preview: Preview) -> str:
+    domain = settings.DEFAULT_FROM_EMAIL.rpartition("@")[2] or "localhost"
+    # Stable per preview: a receiving system can recognise a duplicate of the same approved send.
+    return f"<invoice-send.{preview.pk}@{domain}>"
+
+
+def _smtp_answer(error: Exception) -> str:
+    if isinstance(error, smtplib.SMTPRecipientsRefused):
+        return "; ".join(
+            f"{rcpt}: {code} {msg.decode(errors='replace') if isinstance(msg, bytes) else msg}"
+            for rcpt, (code, msg) in error.recipients.items()
+        )
+    if isinstance(error, smtplib.SMTPResponseException):
+        text = error.smtp_error.decode(errors="replace") if isinstance(error.smtp_error, bytes) else error.smtp_error
+        return f"{error.smtp_code} {text}"
+    return f"{type(error).__name__}: {error}"
+
+
+def _is_transient(error: Exception) -> bool:
+    if isinstance(error, smtplib.SMTPRecipientsRefused):
+        return all(400 <= code < 500 for code, _msg in error.recipients.values())
+    if isinstance(error, smtplib.SMTPResponseException):
+        return 400 <= error.smtp_code < 500
+    return True  # refused connection, timeout, dropped connection: the server never accepted it
+
+
+def invoice_email_send(*, preview: Preview, invoice: Invoice) -> Delivery:
+    """Send the approved invoice email. Refuses anything but an approved, unexecuted send_invoice
+    preview whose invoice version and rendered content are the ones that were approved."""
+    if preview.action != SEND_INVOICE or preview.status != PreviewStatus.APPROVED:
+        raise InvoiceSendRefused("Only an approved send_invoice preview can send an invoice.")
+    if Delivery.objects.filter(preview=preview).exists():
+        raise InvoiceSendRefused("This preview's invoice was already sent.")
+    if invoice.number != preview.subject_id or invoice.version != preview.subject_version:
+        raise InvoiceSendRefused("The invoice is not the version that was approved.")
+    recipient = preview.payload["recipient"]
+    rendered = invoice_email_render(invoice=invoice, recipient=recipient)
+    if rendered.digest != preview.payload["content_digest"]:
+        raise InvoiceSendRefused(
+            "The rendered invoice differs from what was approved.", code="content_digest_mismatch"
+        )
+    message_id = _message_id(preview)
+    message = EmailMultiAlternatives(
+        subject=rendered.subject,
+        body=rendered.text,
+        from_email=settings.DEFAULT_FROM_EMAIL,
+        to=[recipient],
+        headers={"Message-ID": message_id},
+    )
+    message.attach_alternative(rendered.html, "text/html")
+    message.attach(rendered.attachment_name, rendered.attachment, "text/html")
+    try:
+        message.send(fail_silently=False)
+    except (smtplib.SMTPException, OSError) as error:
+        answer = _smtp_answer(error)
+        if _is_transient(error):
+            raise TransientExecutionError(f"The mail server did not take the message: {answer}") from error
+        raise InvoiceSendRefused(f"The mail server refused the message: {answer}", code="mail_refused") from error
+    return Delivery.objects.create(
+        preview=preview,
+        invoice=invoice,
+        invoice_version=invoice.version,
+        recipients=message.recipients(),
+        subject=rendered.subject,
+        message_id=message_id,
+        content_digest=rendered.digest,
+    )
