@@ -4,18 +4,24 @@ from django.shortcuts import redirect
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 
+from approvals.console.selectors import console_access
+from approvals.login import ThrottledLoginView
+
 
 def home(request):  # type: ignore[no-untyped-def]
+    if console_access(user=request.user):
+        return redirect("console:queue")
     return redirect("refunds:orders")
 
 
 urlpatterns = [
     path("", home, name="home"),
-    path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("accounts/login/", ThrottledLoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/agent/", include("approvals.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]), name="schema"),
     path("previews/", include("approvals.urls")),
     path("orders/", include("refunds.urls")),
+    path("console/", include("approvals.console.urls")),
     path("admin/", admin.site.urls),
 ]

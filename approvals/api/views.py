@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from typing import Any
 
 from django.http import Http404
@@ -200,7 +201,11 @@ class ToolCallView(AgentAPIView):
 class PreviewStatusView(AgentAPIView):
     @extend_schema(operation_id="get_preview", responses={200: PREVIEW_ENVELOPE, 404: ERROR_ENVELOPE})
     def get(self, request: Request, preview_id: str) -> Response:
-        preview = Preview.objects.filter(pk=preview_id, actor=request.user).first()
+        try:
+            preview_uuid = uuid.UUID(preview_id)
+        except ValueError as not_an_id:
+            raise Http404 from not_an_id
+        preview = Preview.objects.filter(pk=preview_uuid, actor=request.user).first()
         if preview is None:
             raise Http404
         preview = preview_refresh(preview=preview)
