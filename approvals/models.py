@@ -96,6 +96,13 @@ class Preview(models.Model):
             ),
             models.CheckConstraint(condition=Q(amount_minor__gte=0), name="preview_amount_not_negative"),
         ]
+        # Staff decide previews of the action kinds whose permission they hold (Action.review_permission).
+        # An action without a permission of its own falls back to the generic one.
+        permissions = [
+            ("review_preview", "Can review previews of actions without a permission of their own"),
+            ("review_refund_order", "Can approve, reject and retry refund previews"),
+            ("review_send_invoice", "Can approve, reject and retry invoice send previews"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.action} {self.subject_id} ({self.status})"
@@ -148,6 +155,8 @@ class AuditEvent(models.TextChoices):
     EXECUTION_FAILED = "execution_failed"
     SUPERSEDED = "superseded"
     EXPIRED = "expired"
+    EXECUTION_ATTEMPT_FAILED = "execution_attempt_failed"
+    RETRIED = "retried"
 
 
 class AuditRecord(models.Model):
@@ -176,6 +185,7 @@ class AuditRecord(models.Model):
     class Meta:
         ordering = ["id"]
         indexes = [models.Index(fields=["subject_type", "subject_id"])]
+        permissions = [("export_auditrecord", "Can read and export the whole audit log")]
 
     def __str__(self) -> str:
         return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.event} {self.subject_id}"

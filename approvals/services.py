@@ -560,7 +560,7 @@ def preview_execute(*, preview_id: Any) -> Preview | None:
                 audit_record(event=event, preview=preview, result={"code": code, "reason": reason})
                 return preview
             try:
-                pass
+                action.revalidate(preview=preview, subject=subject)
             except PolicyRefusal as refusal:
                 _mark(preview, PreviewStatus.FAILED, code=refusal.code, reason=refusal.message)
                 audit_record(event=AuditEvent.EXECUTION_FAILED, preview=preview, result={"error": refusal.as_dict()})

@@ -9,14 +9,20 @@ from django.conf import settings
 from approvals.errors import PolicyRefusal
 from approvals.models import ApprovalRole, Preview
 from approvals.money import format_minor
-from approvals.registry import Action, DisplayRow, Proposal
+from approvals.registry import Action, DisplayRow, FactTable, Proposal, RuleResult
 
-from .models import Order
-from .policy import order_unavailable, refund_policy_check
+from .models import Order, Refund
+from .policy import order_unavailable, refund_policy_check, refund_policy_checks
 from .serializers import RefundOrderArguments
 from .services import refund_commit
 
 REASON_WORDS = {"damaged": "Arrived damaged", "late": "Delivered late", "unwanted": "No longer wanted"}
+RULE_WORDS = {
+    "order_refundable": "2. Order is refundable (delivered, not cancelled)",
+    "amount_not_zero": "3. Amount is not zero",
+    "amount_within_remaining": "4. Amount is within what remains refundable",
+    "reason_applies": "5. The reason applies",
+}
 
 
 def staff_review_required(amount_minor: int, currency: str) -> bool:
@@ -34,6 +40,7 @@ class RefundOrderAction(Action):
         "this tool returns, not your own conclusion."
     )
     arguments_serializer = RefundOrderArguments
+    review_permission = "approvals.review_refund_order"
 
     def may_use(self, user: Any) -> bool:
         return bool(user.is_active)
@@ -110,3 +117,100 @@ class RefundOrderAction(Action):
             f"Refunded {format_minor(preview.amount_minor, preview.currency)} on order "
             f"{preview.subject_id} (refund reference {refund_id})."
         )
+
+    # Staff review: verified facts from the database, never from the agent's arguments.
+
+    def _order(self, preview: Preview) -> Order | None:
+        return Order.objects.select_related("customer").filter(number=preview.subject_id).first()
+
+    def review_summary(self, preview: Preview) -> str:
+        reason = preview.payload["reason"]
+        return (
+            f"Refund {format_minor(preview.amount_minor, preview.currency)} on {preview.subject_id} "
+            f"for {preview.actor.get_username()}, {reason}"
+        )
+
+    def review_facts(self, preview: Preview) -> list[DisplayRow]:
+        order = self._order(preview)
+        if order is None:
+            return [DisplayRow("Order", f"{preview.subject_id} no longer exists")]
+        money = order.currency
+        customer = order.customer
+        days = order.delivery_days
+        after = order.remaining_minor - preview.amount_minor
+        return [
+            DisplayRow("Order", order.number),
+            DisplayRow("Customer", f"{customer.get_username()} ({customer.email or 'no email'})"),
+            DisplayRow("Order status", order.get_status_display()),
+            DisplayRow("Placed", f"{order.placed_at:%-d %b %Y}"),
+            DisplayRow("Delivered", f"{order.delivered_at:%-d %b %Y}" if order.delivered_at else "Not delivered"),
+            DisplayRow("Delivery took", "Not delivered" if days is None else f"{days} day{'s' if days != 1 else ''}"),
+            DisplayRow("Order total", format_minor(order.total_minor, money)),
+            DisplayRow("Already refunded", format_minor(order.refunded_minor, money)),
+            DisplayRow("Remaining refundable", format_minor(order.remaining_minor, money)),
+            DisplayRow(
+                "Remaining after this refund",
+                format_minor(after, money) if after >= 0 else f"{format_minor(-after, money)} too much",
+            ),
+            DisplayRow("Payment reference", order.payment_ref or "none"),
+            DisplayRow("Order version", f"{order.version} now, {preview.subject_version} when proposed"),
+        ]
+
+    def policy_evaluation(self, preview: Preview) -> list[RuleResult]:
+        order = self._order(preview)
+        if order is None:
+            return [RuleResult("1. Order exists", False, f"There is no order {preview.subject_id}.")]
+        owner = order.customer.get_username()
+        results = [
+            RuleResult(
+                "1. Order belongs to the customer",
+                order.customer_id == preview.actor_id,
+                f"{order.number} belongs to {owner}; the refund is for {preview.actor.get_username()}.",
+            ),
+        ]
+        for check, _refusal in refund_policy_checks(
+            order=order, amount_minor=preview.amount_minor, reason=preview.payload["reason"]
+        ):
+            detail = check.detail
+            if check.rule == "amount_within_remaining":
+                detail += (
+                    f" That is {format_minor(preview.amount_minor, order.currency)} of "
+                    f"{format_minor(order.remaining_minor, order.currency)}."
+                )
+            results.append(RuleResult(RULE_WORDS.get(check.rule, check.rule), check.passed, detail))
+        results.append(
+            RuleResult(
+                "Currency is the order's",
+                order.currency == preview.currency,
+                f"Order in {order.currency}, preview in {preview.currency}.",
+            )
+        )
+        results.append(
+            RuleResult(
+                "Order unchanged since the preview",
+                order.version == preview.subject_version,
+                f"Version {order.version} now, {preview.subject_version} when proposed.",
+            )
+        )
+        return results
+
+    def review_tables(self, preview: Preview) -> list[FactTable]:
+        refunds = Refund.objects.filter(order__number=preview.subject_id).order_by("created_at")
+        rows = [
+            [
+                f"{refund.created_at:%-d %b %Y %H:%M}",
+                format_minor(refund.amount_minor, refund.currency),
+                REASON_WORDS.get(refund.reason, refund.reason),
+                refund.gateway_refund_id,
+                "this preview" if refund.preview_id == preview.pk else str(refund.preview_id),
+            ]
+            for refund in refunds
+        ]
+        return [
+            FactTable(
+                caption=f"Refunds already made on {preview.subject_id} (ledger)",
+                columns=["Date", "Amount", "Reason", "Gateway reference", "Preview"],
+                rows=rows,
+                empty="No refunds have been made on this order.",
+            )
+        ]

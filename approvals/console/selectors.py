@@ -1,0 +1,327 @@
+"""Read side of the staff console: who may review what, the queue, failures and the audit trail.
+
+Every query here is scoped to the action kinds the reviewer holds the permission for
+(`Action.review_permission`), so a new action kind plugs into the same console.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.core.paginator import Page, Paginator
+from django.db.models import Count, Q, QuerySet
+from django.utils import timezone
+
+from ..models import AuditEvent, AuditRecord, Preview, PreviewStatus
+from ..registry import Action, DisplayRow, FactTable, RuleResult, registry
+from ..services import preview_is_retryable
+
+QUEUE_PAGE_SIZE = 50
+DEFAULT_QUEUE_STATE = PreviewStatus.AWAITING_STAFF.value
+ALL_STATES = "all"
+AGE_LIMITS = {
+    "5m": timedelta(minutes=5),
+    "1h": timedelta(hours=1),
+    "1d": timedelta(days=1),
+    "7d": timedelta(days=7),
+}
+# Events that show how an execution went, one row per attempt or decision about it.
+ATTEMPT_EVENTS = (
+    AuditEvent.APPROVED,
+    AuditEvent.CONFIRMED,
+    AuditEvent.EXECUTION_ATTEMPT_FAILED,
+    AuditEvent.EXECUTION_FAILED,
+    AuditEvent.RETRIED,
+    AuditEvent.EXECUTED,
+    AuditEvent.SUPERSEDED,
+)
+
+
+# Permissions ---------------------------------------------------------------------------------
+
+
+def reviewable_actions(*, user: AbstractBaseUser | AnonymousUser) -> list[str]:
+    """Names of the registered action kinds this person may decide in the console."""
+    if not (user.is_authenticated and user.is_active and user.is_staff):
+        return []
+    return sorted(name for name, action in registry.actions.items() if user.has_perm(action.review_permission))
+
+
+def may_export_audit(*, user: AbstractBaseUser | AnonymousUser) -> bool:
+    return bool(user.is_authenticated and user.is_active and user.is_staff and user.has_perm(
+        "approvals.export_auditrecord"
+    ))
+
+
+def console_access(*, user: AbstractBaseUser | AnonymousUser) -> bool:
+    """Whether this person works the review queue (where `/` sends them after logging in)."""
+    return bool(reviewable_actions(user=user))
+
+
+def reviewable_previews(*, user: AbstractBaseUser) -> QuerySet[Preview]:
+    return Preview.objects.filter(action__in=reviewable_actions(user=user))
+
+
+def reviewable_preview(*, user: AbstractBaseUser, preview_id: Any) -> Preview:
+    """The preview, if this reviewer may see it; raises Preview.DoesNotExist otherwise."""
+    return reviewable_previews(user=user).select_related("actor", "agent_session").get(pk=preview_id)
+
+
+# The queue -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QueueFilters:
+    action: str = ""
+    state: str = DEFAULT_QUEUE_STATE
+    currency: str = ""
+    age: str = ""
+    query: str = ""
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    preview: Preview
+    summary: str
+
+
+@dataclass(frozen=True)
+class StateCount:
+    state: str
+    label: str
+    count: int
+
+
+@dataclass
+class Queue:
+    page: Page
+    rows: list[QueueRow]
+    counts: list[StateCount]
+    total: int
+    total_all: int
+    filters: QueueFilters
+    actions: list[str] = field(default_factory=list)
+
+
+def _search(queryset: QuerySet[Preview], query: str) -> QuerySet[Preview]:
+    condition = Q(subject_id__icontains=query) | Q(actor__username__icontains=query)
+    try:
+        condition |= Q(pk=uuid.UUID(query))
+    except ValueError:
+        pass
+    return queryset.filter(condition)
+
+
+def review_queue(*, user: AbstractBaseUser, filters: QueueFilters, page_number: Any = 1) -> Queue:
+    """Previews of the kinds this reviewer decides, oldest first, with counts per state.
+
+    A constant number of queries whatever the page size: rows come with their actor, and
+    the counts per state are one grouped query over the same filters (except the state).
+    """
+    actions = reviewable_actions(user=user)
+    scoped = Preview.objects.filter(action__in=actions)
+    if filters.action:
+        scoped = scoped.filter(action=filters.action)
+    if filters.currency:
+        scoped = scoped.filter(currency=filters.currency)
+    if filters.age in AGE_LIMITS:
+        scoped = scoped.filter(created_at__lte=timezone.now() - AGE_LIMITS[filters.age])
+    if filters.query:
+        scoped = _search(scoped, filters.query)
+
+    by_state = dict(scoped.order_by().values_list("status").annotate(n=Count("pk")))
+    counts = [StateCount(s.value, s.label, by_state.get(s.value, 0)) for s in PreviewStatus]
+
+    listed = scoped if filters.state == ALL_STATES else scoped.filter(status=filters.state)
+    listed = listed.select_related("actor").order_by("created_at", "pk")
+    total_all = sum(by_state.values())
+    total = total_all if filters.state == ALL_STATES else by_state.get(filters.state, 0)
+    page = Paginator(listed, QUEUE_PAGE_SIZE).get_page(page_number)
+    rows = [QueueRow(preview=p, summary=_summary(p)) for p in page.object_list]
+    return Queue(
+        page=page, rows=rows, counts=counts, total=total, total_all=total_all, filters=filters, actions=actions
+    )
+
+
+def _summary(preview: Preview) -> str:
+    action = registry.action(preview.action)
+    return action.review_summary(preview) if action else f"{preview.action} on {preview.subject_id}"
+
+
+# The detail page -----------------------------------------------------------------------------
+
+
+@dataclass
+class ReviewContext:
+    """What a reviewer sees, separated by trust."""
+
+    preview: Preview
+    action: Action | None
+    summary: str
+    consequence: str
+    outcome: str
+    payload_rows: list[DisplayRow]
+    facts: list[DisplayRow]
+    policy: list[RuleResult]
+    tables: list[FactTable]
+    approvals: list[Any]
+    siblings: list[QueueRow]
+    proposal: AuditRecord | None
+    retryable: bool
+
+
+def preview_review(*, preview: Preview) -> ReviewContext:
+    action = registry.action(preview.action)
+    siblings = (
+        Preview.objects.filter(subject_type=preview.subject_type, subject_id=preview.subject_id)
+        .exclude(pk=preview.pk)
+        .select_related("actor")
+        .order_by("-created_at")[:50]
+    )
+    # The proposal as the agent sent it: the raw arguments are exactly what was received.
+    proposal = (
+        preview.audit_records.filter(event=AuditEvent.PROPOSED).select_related("agent_session").order_by("id").first()
+    )
+    return ReviewContext(
+        preview=preview,
+        action=action,
+        summary=_summary(preview),
+        consequence=action.consequence(preview) if action else "",
+        outcome=action.outcome_text(preview) if action and preview.executed else "",
+        payload_rows=action.display_rows(preview) if action else [],
+        facts=action.review_facts(preview) if action else [],
+        policy=action.policy_evaluation(preview) if action else [],
+        tables=action.review_tables(preview) if action else [],
+        approvals=list(preview.approvals.select_related("approver").order_by("created_at")),
+        siblings=[QueueRow(preview=p, summary=_summary(p)) for p in siblings],
+        proposal=proposal,
+        retryable=preview_is_retryable(preview),
+    )
+
+
+# Failures ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One step of an execution's history, in words."""
+
+    record: AuditRecord
+    detail: str
+
+
+def _attempt(record: AuditRecord) -> Attempt:
+    result = record.result or {}
+    error = result.get("error") if isinstance(result.get("error"), dict) else {}
+    if record.event == AuditEvent.EXECUTION_ATTEMPT_FAILED:
+        then = "the worker retries" if result.get("will_retry") else "the worker gave up"
+        detail = f"attempt {result.get('attempt')}: {result.get('error')} ({then})"
+    elif record.event == AuditEvent.EXECUTION_FAILED:
+        detail = f"{result.get('code') or error.get('code')}: {result.get('reason') or error.get('message')}"
+    elif record.event == AuditEvent.RETRIED:
+        detail = f"retry {result.get('retry')} after {(result.get('previous_failure') or {}).get('code')}"
+    elif record.event == AuditEvent.EXECUTED:
+        detail = ", ".join(f"{key} {value}" for key, value in result.items() if key.endswith("_id"))
+    else:
+        detail = ""
+    return Attempt(record=record, detail=detail)
+
+
+@dataclass(frozen=True)
+class FailureRow:
+    preview: Preview
+    summary: str
+    retryable: bool
+    attempts: list[Attempt]
+
+
+def failed_executions(*, user: AbstractBaseUser, page_number: Any = 1) -> tuple[Page, list[FailureRow]]:
+    """Failed executions, most recent first, each with its attempts from the audit log."""
+    failed = (
+        reviewable_previews(user=user)
+        .filter(status=PreviewStatus.FAILED)
+        .select_related("actor")
+        .order_by("-status_changed_at", "pk")
+    )
+    page = Paginator(failed, QUEUE_PAGE_SIZE).get_page(page_number)
+    previews = list(page.object_list)
+    attempts: dict[Any, list[Attempt]] = {p.pk: [] for p in previews}
+    records = AuditRecord.objects.filter(preview__in=previews, event__in=ATTEMPT_EVENTS).select_related("actor")
+    for record in records.order_by("id"):
+        attempts[record.preview_id].append(_attempt(record))
+    rows = [
+        FailureRow(preview=p, summary=_summary(p), retryable=preview_is_retryable(p), attempts=attempts[p.pk])
+        for p in previews
+    ]
+    return page, rows
+
+
+def preview_attempts(*, preview: Preview) -> list[Attempt]:
+    records = preview.audit_records.filter(event__in=ATTEMPT_EVENTS).select_related("actor").order_by("id")
+    return [_attempt(record) for record in records]
+
+
+# The audit trail -----------------------------------------------------------------------------
+
+
+def preview_timeline(*, preview: Preview) -> QuerySet[AuditRecord]:
+    return preview.audit_records.select_related("actor", "agent_session").order_by("id")
+
+
+def subject_timeline(*, user: AbstractBaseUser, subject_type: str, subject_id: str) -> QuerySet[AuditRecord]:
+    """Every audit record about one order or invoice, including refused proposals that named it
+    (those have no subject type: the subject was never verified), for the kinds this reviewer decides."""
+    return (
+        AuditRecord.objects.filter(
+            subject_id=subject_id,
+            subject_type__in=[subject_type, ""],
+            action__in=reviewable_actions(user=user),
+        )
+        .select_related("actor", "agent_session")
+        .order_by("id")
+    )
+
+
+AUDIT_EXPORT_FIELDS = (
+    "id",
+    "created_at",
+    "event",
+    "action",
+    "preview_id",
+    "actor",
+    "agent_session_id",
+    "subject_type",
+    "subject_id",
+    "raw_arguments",
+    "approval_basis",
+    "result",
+)
+
+
+def audit_export_rows(*, start: datetime, end: datetime) -> Iterator[dict[str, Any]]:
+    """Audit records created in [start, end), oldest first, streamed from the database in chunks."""
+    records = (
+        AuditRecord.objects.filter(created_at__gte=start, created_at__lt=end)
+        .select_related("actor")
+        .order_by("id")
+    )
+    for record in records.iterator(chunk_size=2000):
+        yield {
+            "id": record.pk,
+            "created_at": record.created_at.isoformat(),
+            "event": record.event,
+            "action": record.action,
+            "preview_id": str(record.preview_id) if record.preview_id else None,
+            "actor": record.actor.get_username() if record.actor else None,
+            "agent_session_id": record.agent_session_id,
+            "subject_type": record.subject_type,
+            "subject_id": record.subject_id,
+            "raw_arguments": record.raw_arguments,
+            "approval_basis": record.approval_basis,
+            "result": record.result,
+        }

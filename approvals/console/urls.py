@@ -1,0 +1,18 @@
+from django.urls import path
+
+from . import views
+
+app_name = "console"
+
+urlpatterns = [
+    path("", views.queue, name="queue"),
+    path("failures/", views.failures, name="failures"),
+    path("previews/<uuid:preview_id>/", views.preview_detail, name="preview"),
+    path("previews/<uuid:preview_id>/approve", views.preview_approve_view, name="approve"),
+    path("previews/<uuid:preview_id>/reject", views.preview_reject_view, name="reject"),
+    path("previews/<uuid:preview_id>/retry", views.preview_retry_view, name="retry"),
+    path("previews/<uuid:preview_id>/audit/", views.preview_audit, name="preview_audit"),
+    path("subjects/<slug:subject_type>/<str:subject_id>/audit/", views.subject_audit, name="subject_audit"),
+    path("audit/", views.audit_log, name="audit"),
+    path("audit/export", views.audit_export, name="audit_export"),
+]
