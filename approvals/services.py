@@ -372,10 +372,35 @@ def preview_refresh(*, preview: Preview) -> Preview:
     return preview
 
 
-def _enqueue_execution(preview: Preview) -> None:
+def _dispatch_execution(preview_id: str) -> bool:
+    """Publish the execution task. A broker that is down must not undo or hide a recorded
+    approval: the approved preview stays in the database and the sweeper dispatches it later."""
     from .tasks import execute_preview
 
-    transaction.on_commit(lambda: execute_preview.delay(str(preview.pk)))
+    try:
+        execute_preview.delay(preview_id)
+    except Exception:  # noqa: BLE001 - any broker failure; the sweeper is the fallback
+        logger.warning("Could not publish execution of preview %s; the sweeper will retry", preview_id, exc_info=True)
+        return False
+    return True
+
+
+def _enqueue_execution(preview: Preview) -> None:
+    preview_id = str(preview.pk)
+    transaction.on_commit(lambda: _dispatch_execution(preview_id))
+
+
+def previews_dispatch_stalled(*, older_than_seconds: int | None = None) -> int:
+    """Publish again the approved previews whose execution never happened (the periodic sweeper).
+
+    Covers a task lost between commit and publish (broker down, web process killed). Publishing
+    twice is harmless: execution is idempotent and locked.
+    """
+    wait = settings.EXECUTION_STALL_SECONDS if older_than_seconds is None else older_than_seconds
+    cutoff = timezone.now() - timedelta(seconds=wait)
+    stalled = Preview.objects.filter(status=PreviewStatus.APPROVED, status_changed_at__lte=cutoff)
+    stalled_ids = stalled.order_by("status_changed_at").values_list("pk", flat=True)
+    return sum(_dispatch_execution(str(pk)) for pk in stalled_ids)
 
 
 def preview_approve(

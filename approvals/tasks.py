@@ -39,3 +39,8 @@ def execute_preview(self, preview_id: str, **kwargs) -> None:  # type: ignore[no
 @shared_task(name="approvals.expire_previews")
 def expire_previews(**kwargs) -> int:  # type: ignore[no-untyped-def]
     return services.previews_expire_stale()
+
+
+@shared_task(name="approvals.dispatch_stalled_previews")
+def dispatch_stalled_previews(**kwargs) -> int:  # type: ignore[no-untyped-def]
+    return services.previews_dispatch_stalled()

@@ -104,7 +104,8 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TIME_LIMIT = 300
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+# Longer than any task run plus its longest retry delay, or a running task is delivered twice.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=3600)}
 
 EMAIL_BACKEND = env.str(
     "EMAIL_BACKEND",
@@ -206,8 +207,15 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
 }
 
+# An approved preview not executed after this long is published again by the sweeper.
+EXECUTION_STALL_SECONDS = env.int("EXECUTION_STALL_SECONDS", default=60)
+
 CELERY_BEAT_SCHEDULE = {
     "expire-previews": {"task": "approvals.expire_previews", "schedule": 60.0},
+    "dispatch-stalled-previews": {"task": "approvals.dispatch_stalled_previews", "schedule": 30.0},
 }
+# Publishing to a broker that is down fails fast; the sweeper publishes again later.
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
+CELERY_BROKER_CONNECTION_TIMEOUT = 2
 
 SHOP_NAME = env.str("SHOP_NAME", default="Example Shop")

@@ -1,0 +1,125 @@
+"""Real Celery worker processes and private Redis servers for the fault tests."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from django.db import connection
+
+from config.celery import app as celery_app
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_database_url() -> str:
+    """The test database, as a URL a worker process can use."""
+    db = connection.settings_dict
+    auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
+    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+def start_worker(redis_url: str, *extra_env: tuple[str, str], name: str = "w1") -> subprocess.Popen:
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+        "DATABASE_URL": test_database_url(),
+        "REDIS_URL": redis_url,
+        "CELERY_TASK_ALWAYS_EAGER": "false",
+        **dict(extra_env),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "config", "worker", "--pool=solo", "--loglevel=INFO",
+         "--without-gossip", "--without-mingle", "--without-heartbeat", "-n", f"{name}@%h"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )
+
+
+def stop(process: subprocess.Popen) -> str:
+    if process.poll() is None:
+        process.terminate()
+    try:
+        output, _ = process.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        output, _ = process.communicate()
+    return output or ""
+
+
+def wait_for(predicate, timeout: float = 60.0, interval: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return False
+
+
+class PrivateRedis:
+    """A redis-server of the test's own on a free port, which the test may stop and start again."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        binary = shutil.which("redis-server")
+        assert binary, "redis-server is not installed"
+        self.process = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        assert wait_for(self._answers, timeout=10), "redis-server did not start"
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+            self.process = None
+
+    def _answers(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
+                sock.sendall(b"PING\r\n")
+                return sock.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+
+def _reset_producer_connections() -> None:
+    if celery_app._pool is not None:
+        celery_app._pool.force_close_all()
+        celery_app._pool = None
+    celery_app.amqp._producer_pool = None
+
+
+@contextmanager
+def publishing_to(broker_url: str):
+    """Make this process publish tasks to `broker_url` (not eagerly) for the duration."""
+    old_url, old_eager = celery_app.conf.broker_url, celery_app.conf.task_always_eager
+    celery_app.conf.broker_url = broker_url
+    celery_app.conf.task_always_eager = False
+    _reset_producer_connections()
+    try:
+        yield
+    finally:
+        celery_app.conf.broker_url = old_url
+        celery_app.conf.task_always_eager = old_eager
+        _reset_producer_connections()
