@@ -29,6 +29,18 @@ class GatewayDeclined(ExecutionFailure):
     code = "gateway_declined"
 
 
+class GatewayUnavailable(ExecutionFailure):
+    """The provider cannot be used as configured (e.g. it refused our API key). Nothing was done
+    there, so staff may retry the preview from the console once the configuration is fixed."""
+
+    code = "gateway_unavailable"
+
+
+class GatewayMisconfigured(GatewayUnavailable, ImproperlyConfigured):
+    """The settings name no usable gateway. Raised at execution, it fails the preview (retryable by
+    staff once fixed) instead of crashing the task, which the sweeper would only publish again."""
+
+
 class PaymentGateway(Protocol):
     def refund(
         self, *, payment_ref: str, amount_minor: int, currency: str, idempotency_key: str
@@ -65,6 +77,14 @@ class LocalGateway:
 def payment_gateway() -> PaymentGateway:
     if settings.PAYMENT_GATEWAY == "local":
         return LocalGateway()
-    raise ImproperlyConfigured(
-        f"PAYMENT_GATEWAY={settings.PAYMENT_GATEWAY!r} is not supported; this build supports 'local'."
+    if settings.PAYMENT_GATEWAY == "stripe":
+        if not settings.STRIPE_API_KEY:
+            raise GatewayMisconfigured(
+                "PAYMENT_GATEWAY='stripe' needs STRIPE_API_KEY. Set it, then retry this preview from the console."
+            )
+        from .stripe_gateway import StripeGateway
+
+        return StripeGateway.from_settings()
+    raise GatewayMisconfigured(
+        f"PAYMENT_GATEWAY={settings.PAYMENT_GATEWAY!r} is not supported; use 'local' or 'stripe'."
     )

@@ -1,0 +1,170 @@
+"""Refunds through Stripe (https://docs.stripe.com/api/refunds/create), with the official `stripe` package.
+
+Every refund is created with the Idempotency-Key `refund:<preview id>`, so a retry after a lost answer
+gets the refund Stripe already made instead of a second one. The SDK never retries on its own
+(`max_network_retries=0`): the Celery task does, with backoff and jitter, and a staff retry from the
+console reuses the same key.
+
+Errors are sorted by what they say about the money:
+
+* the outcome is unknown or the provider was busy (no connection, a timeout, a 5xx, 429, 409
+  `idempotency_key_in_use`): TransientExecutionError, retried with the same key;
+* the provider refused for good (a 400/402/404 such as `charge_already_refunded`, `charge_disputed`,
+  `charge_not_refundable`, an over-refund, which Stripe reports as `invalid_request_error` on
+  `param=amount`, often without a `code`, or a key reused with other parameters): GatewayDeclined,
+  the preview fails at once with the provider's message;
+* our credentials were refused (401/403): GatewayUnavailable, the preview fails at once and staff can
+  retry it once the configuration is fixed (nothing was done at the provider).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import stripe
+from django.conf import settings
+
+from approvals.errors import TransientExecutionError
+
+from .gateways import GatewayDeclined, GatewayRefund, GatewayUnavailable
+
+DEFAULT_TIMEOUT_SECONDS = 10.0
+IDEMPOTENCY_KEY_PREFIX = "refund:"
+# Refund states in which no money moves and none will (https://docs.stripe.com/api/refunds/object).
+DEAD_REFUND_STATUSES = frozenset({"failed", "canceled"})
+
+
+class StripeGateway:
+    """Refunds a PaymentIntent (the order's `payment_ref`, e.g. `pi_…`) through the Stripe API."""
+
+    def __init__(
+        self, *, api_key: str, api_base: str = stripe.DEFAULT_API_BASE, timeout: float = DEFAULT_TIMEOUT_SECONDS
+    ) -> None:
+        self.client = _client(api_key, api_base.rstrip("/"), timeout)
+
+    @classmethod
+    def from_settings(cls) -> StripeGateway:
+        return cls(
+            api_key=settings.STRIPE_API_KEY,
+            api_base=settings.STRIPE_API_BASE,
+            timeout=float(getattr(settings, "STRIPE_TIMEOUT_SECONDS", DEFAULT_TIMEOUT_SECONDS)),
+        )
+
+    def refund(
+        self, *, payment_ref: str, amount_minor: int, currency: str, idempotency_key: str
+    ) -> GatewayRefund:
+        params: dict[str, Any] = {
+            "payment_intent": payment_ref,
+            "amount": amount_minor,
+            "metadata": _metadata(idempotency_key),
+        }
+        try:
+            refund = self.client.v1.refunds.create(params=params, options={"idempotency_key": idempotency_key})
+        except stripe.StripeError as error:
+            raise classify_stripe_error(error) from error
+        return _checked(refund, payment_ref=payment_ref, amount_minor=amount_minor, currency=currency)
+
+
+@functools.lru_cache(maxsize=8)
+def _client(api_key: str, api_base: str, timeout: float) -> stripe.StripeClient:
+    """One client per configuration, so connections are reused (its HTTP sessions are per thread)."""
+    return stripe.StripeClient(
+        api_key,
+        base_addresses={"api": api_base},
+        max_network_retries=0,  # Celery retries, with backoff and jitter, and audits each attempt
+        http_client=stripe.RequestsClient(timeout=timeout),
+    )
+
+
+def _metadata(idempotency_key: str) -> dict[str, str]:
+    metadata = {"idempotency_key": idempotency_key}
+    if idempotency_key.startswith(IDEMPOTENCY_KEY_PREFIX):
+        metadata["preview_id"] = idempotency_key.removeprefix(IDEMPOTENCY_KEY_PREFIX)
+    return metadata
+
+
+def _checked(refund: Any, *, payment_ref: str, amount_minor: int, currency: str) -> GatewayRefund:
+    """The refund Stripe answered with must be the one we asked for; say so loudly if it is not.
+
+    A mismatch means money may have moved in a way the ledger cannot record (say, the order was
+    imported with the wrong currency). The preview fails for good with the refund id in its facts,
+    so staff can reconcile it by hand; a retry would only get the same refund back.
+    """
+    data = refund.to_dict()
+    refund_id = str(data.get("id") or "")
+    if not refund_id:
+        raise TransientExecutionError("Stripe answered without a refund id; asking again with the same key.")
+    facts = {"provider": "stripe", "refund_id": refund_id, "refund_status": data.get("status")}
+    refund_currency = str(data.get("currency") or "").upper()
+    if refund_currency != currency.upper():
+        raise GatewayDeclined(
+            f"Stripe refunded in {refund_currency or 'an unknown currency'} (refund {refund_id}), "
+            f"but the order is in {currency.upper()}; the refund needs manual reconciliation.",
+            code="gateway_currency_mismatch",
+            **facts,
+        )
+    if data.get("amount") != amount_minor or data.get("payment_intent") not in (None, payment_ref):
+        raise GatewayDeclined(
+            f"Stripe refunded {data.get('amount')} minor units of {data.get('payment_intent')} (refund {refund_id}) "
+            f"instead of {amount_minor} of {payment_ref}; the refund needs manual reconciliation.",
+            code="gateway_refund_mismatch",
+            **facts,
+        )
+    if data.get("status") in DEAD_REFUND_STATUSES:
+        raise GatewayDeclined(
+            f"Stripe did not pay the refund {refund_id}: it is {data.get('status')} "
+            f"({data.get('failure_reason') or 'no reason given'}).",
+            code="refund_failed",
+            **facts,
+        )
+    return GatewayRefund(id=refund_id, amount_minor=amount_minor, currency=refund_currency)
+
+
+def _error_fields(error: stripe.StripeError) -> dict[str, Any]:
+    body = error.json_body if isinstance(error.json_body, dict) else {}
+    fields = body.get("error") if isinstance(body.get("error"), dict) else {}
+    return {
+        "type": fields.get("type") or "",
+        "code": fields.get("code") or error.code or "",
+        "param": fields.get("param") or getattr(error, "param", None) or "",
+        "message": fields.get("message") or error.user_message or "",
+    }
+
+
+def classify_stripe_error(error: stripe.StripeError) -> Exception:
+    """The exception that tells the engine what to do about a failed Stripe call."""
+    status = error.http_status
+    fields = _error_fields(error)
+    facts = {
+        "provider": "stripe",
+        "provider_status": status,
+        "provider_type": fields["type"],
+        "provider_code": fields["code"],
+        "provider_param": fields["param"],
+        "provider_request_id": error.request_id or "",
+    }
+    label = " ".join(part for part in (str(status or ""), fields["type"], fields["code"]) if part)
+    if isinstance(error, stripe.APIConnectionError) or status is None:
+        # The request may or may not have reached Stripe; only a retry with the same key can tell.
+        detail = " ".join(str(error.user_message or error).split())
+        detail = detail.partition("(Network error: ")[2].rstrip(")") or detail
+        return TransientExecutionError(f"Stripe did not answer: {detail}")
+    if status >= 500 or status in (409, 429) or isinstance(error, stripe.RateLimitError):
+        return TransientExecutionError(f"Stripe is unavailable for now ({label}): {fields['message']}")
+    if isinstance(error, stripe.IdempotencyError) or fields["type"] == "idempotency_error":
+        return GatewayDeclined(
+            f"Stripe refused the refund: {fields['message']}", code="idempotency_error", **facts
+        )
+    if status in (401, 403):
+        return GatewayUnavailable(
+            f"Stripe refused our credentials ({label}): {fields['message']} "
+            "Fix STRIPE_API_KEY, then retry this preview from the console.",
+            **facts,
+        )
+    code = fields["code"]
+    if not code and fields["type"] == "invalid_request_error" and fields["param"] == "amount":
+        code = "amount_exceeds_unrefunded"  # Stripe's over-refund error carries no code, only the param
+    return GatewayDeclined(
+        f"Stripe refused the refund: {fields['message'] or label}", code=code or "gateway_declined", **facts
+    )

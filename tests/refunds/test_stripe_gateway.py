@@ -1,0 +1,473 @@
+"""Refunds through the Stripe adapter, against a local Stripe-compatible server (tests/refunds/fake_stripe.py).
+
+The promise under test: whatever the provider does (times out after paying, answers 5xx, is busy,
+refuses), a confirmed refund is paid at most once, with the key `refund:<preview id>`, and the
+ledger, the order, the preview and the audit log say exactly what happened.
+
+Celery runs eagerly here: a transient failure is retried at once, in-process (approvals/tasks.py).
+"""
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from approvals.errors import TransientExecutionError
+from approvals.models import ApprovalRole, AuditRecord, Preview, PreviewStatus
+from approvals.services import preview_approve, preview_execute, preview_is_retryable, preview_retry
+from approvals.tasks import MAX_EXECUTION_RETRIES, execute_preview
+from refunds.gateways import GatewayDeclined, GatewayUnavailable, LocalGateway, payment_gateway
+from refunds.models import LocalGatewayRefund, Refund
+from refunds.stripe_gateway import StripeGateway
+from tests.conftest import propose
+from tests.factories import StaffFactory
+from tests.refunds.conftest import STRIPE_TEST_KEY
+
+PI = "pi_o-12"  # o12's payment_ref (tests/factories.py)
+
+pytestmark = pytest.mark.usefixtures("stripe_gateway_settings")
+
+
+@pytest.fixture
+def intent(fake_stripe):
+    """o12's payment at the provider: 10.00 EUR, nothing refunded yet."""
+    return fake_stripe.add_payment_intent(PI, amount=1000, currency="eur")
+
+
+def make_preview(agent, amount_minor=500, reason="damaged") -> Preview:
+    response = propose(agent, order_id="o-12", amount_minor=amount_minor, reason=reason)
+    assert response.status_code == 201, response.json()
+    return Preview.objects.get(pk=response.json()["preview"]["id"])
+
+
+def confirm_and_run(preview, customer, capture) -> Preview:
+    """The customer confirms; the enqueued execution runs (eagerly, retries included)."""
+    with capture(execute=True) as callbacks:
+        preview_approve(preview_id=preview.pk, approver=customer, role=ApprovalRole.CUSTOMER, digest=preview.digest)
+    assert len(callbacks) == 1
+    preview.refresh_from_db()
+    return preview
+
+
+def events(preview) -> list[str]:
+    return list(AuditRecord.objects.filter(preview=preview).order_by("id").values_list("event", flat=True))
+
+
+def audit(preview, event) -> list[dict]:
+    records = AuditRecord.objects.filter(preview=preview, event=event).order_by("id")
+    return list(records.values_list("result", flat=True))
+
+
+def assert_one_refund_paid(fake, preview, order, *, amount_minor=500) -> dict:
+    """The provider holds exactly one refund for the preview, and the ledger and order agree with it."""
+    assert fake.refunds_created == 1
+    refund = fake.refunds[0]
+    assert (refund["payment_intent"], refund["amount"], refund["currency"]) == (PI, amount_minor, "eur")
+    assert refund["metadata"] == {"preview_id": str(preview.pk), "idempotency_key": f"refund:{preview.pk}"}
+    assert {r.idempotency_key for r in fake.refund_requests()} == {f"refund:{preview.pk}"}
+    ledger = Refund.objects.get()
+    assert ledger.gateway_refund_id == refund["id"]
+    assert ledger.gateway_refund_id.startswith("re_")
+    assert (ledger.preview_id, ledger.amount_minor, ledger.currency) == (preview.pk, amount_minor, "EUR")
+    order.refresh_from_db()
+    assert (order.refunded_minor, order.version) == (amount_minor, 2)
+    assert fake.payment_intents[PI].refunded == amount_minor
+    assert preview.status == PreviewStatus.EXECUTED
+    assert (preview.failure_code, preview.failure_reason) == ("", "")
+    assert preview.result["refund_id"] == refund["id"]
+    assert LocalGatewayRefund.objects.count() == 0  # the local gateway was not used
+    return refund
+
+
+def assert_nothing_paid(fake, order) -> None:
+    assert fake.refunds_created == 0
+    assert fake.payment_intents[PI].refunded == 0
+    assert Refund.objects.count() == 0
+    order.refresh_from_db()
+    assert (order.refunded_minor, order.version) == (0, 1)
+
+
+# Choosing the gateway ------------------------------------------------------------------------
+
+
+def test_the_stripe_setting_selects_the_stripe_gateway(settings):
+    assert isinstance(payment_gateway(), StripeGateway)
+    settings.PAYMENT_GATEWAY = "local"
+    assert isinstance(payment_gateway(), LocalGateway)
+
+
+def test_the_stripe_gateway_needs_an_api_key(settings):
+    settings.STRIPE_API_KEY = ""
+    with pytest.raises(ImproperlyConfigured, match="STRIPE_API_KEY"):
+        payment_gateway()
+    settings.PAYMENT_GATEWAY = "paypal"
+    with pytest.raises(ImproperlyConfigured, match="'paypal'"):
+        payment_gateway()
+
+
+# The happy path ------------------------------------------------------------------------------
+
+
+def test_a_confirmed_refund_is_paid_through_stripe_with_the_preview_key(
+    alice, o12, alice_agent, intent, fake_stripe, django_capture_on_commit_callbacks
+):
+    preview = make_preview(alice_agent)
+    assert fake_stripe.requests == []  # a proposal never reaches the provider
+
+    preview = confirm_and_run(preview, alice, django_capture_on_commit_callbacks)
+
+    refund = assert_one_refund_paid(fake_stripe, preview, o12)
+    [request] = fake_stripe.requests
+    assert (request.method, request.path, request.status, request.replayed) == ("POST", "/v1/refunds", 200, False)
+    assert request.headers["idempotency-key"] == f"refund:{preview.pk}"
+    assert request.headers["authorization"] == f"Bearer {STRIPE_TEST_KEY}"
+    assert request.params == {
+        "payment_intent": PI,
+        "amount": "500",
+        "metadata[idempotency_key]": f"refund:{preview.pk}",
+        "metadata[preview_id]": str(preview.pk),
+    }
+    assert events(preview) == ["proposed", "confirmed", "executed"]
+    assert audit(preview, "executed")[0]["refund_id"] == refund["id"]
+
+
+# Lost answers and outages: retried with the same key, paid once -------------------------------
+
+
+def test_a_time_out_after_stripe_recorded_the_refund_is_retried_and_gets_the_same_refund(
+    alice, o12, alice_agent, intent, fake_stripe, django_capture_on_commit_callbacks
+):
+    fake_stripe.time_out_next(seconds=2.0)  # makes the refund, then answers after the client's 0.5 s
+    preview = make_preview(alice_agent)
+
+    preview = confirm_and_run(preview, alice, django_capture_on_commit_callbacks)
+
+    refund = assert_one_refund_paid(fake_stripe, preview, o12)
+    first, retry = fake_stripe.refund_requests()
+    assert first.idempotency_key == retry.idempotency_key == f"refund:{preview.pk}"
+    assert first.params == retry.params
+    assert (first.replayed, retry.replayed) == (False, True)
+    assert first.body == retry.body == refund  # the replay is the first answer, which the client never saw
+    assert Refund.objects.count() == 1
+    assert events(preview) == ["proposed", "confirmed", "execution_attempt_failed", "executed"]
+    [attempt] = audit(preview, "execution_attempt_failed")
+    assert (attempt["attempt"], attempt["will_retry"]) == (1, True)
+    assert "Read timed out" in attempt["error"]
+
+
+def test_server_errors_then_success_are_retried_and_pay_once(
+    alice, o12, alice_agent, intent, fake_stripe, django_capture_on_commit_callbacks
+):
+    fake_stripe.fail_next(2, status=500)
+    preview = make_preview(alice_agent)
+
+    preview = confirm_and_run(preview, alice, django_capture_on_commit_callbacks)
+
+    assert_one_refund_paid(fake_stripe, preview, o12)
+    assert [r.status for r in fake_stripe.refund_requests()] == [500, 500, 200]
+    assert events(preview) == [
+        "proposed", "confirmed", "execution_attempt_failed", "execution_attempt_failed", "executed",
+    ]
+    attempts = audit(preview, "execution_attempt_failed")
+    assert [(a["attempt"], a["will_retry"]) for a in attempts] == [(1, True), (2, True)]
+    assert all("500 api_error" in a["error"] for a in attempts)
+
+
+@pytest.mark.parametrize("fault", ["conflict", "rate_limited"])
+def test_a_busy_provider_409_key_in_use_or_429_is_retried_and_pays_once(
+    fault, alice, o12, alice_agent, intent, fake_stripe, django_capture_on_commit_callbacks
+):
+    if fault == "conflict":
+        fake_stripe.conflict_next()
+    else:
+        fake_stripe.fail_next(status=429)
+    preview = make_preview(alice_agent)
+
+    preview = confirm_and_run(preview, alice, django_capture_on_commit_callbacks)
+
+    assert_one_refund_paid(fake_stripe, preview, o12)
+    assert [r.status for r in fake_stripe.refund_requests()] == [409 if fault == "conflict" else 429, 200]
+    assert events(preview) == ["proposed", "confirmed", "execution_attempt_failed", "executed"]
+
+
+def test_a_provider_that_keeps_failing_leaves_the_preview_failed_with_retries_exhausted(
+    alice, o12, alice_agent, intent, fake_stripe, django_capture_on_commit_callbacks
+):
+    fake_stripe.fail_next(100, status=503)
+    preview = make_preview(alice_agent)
+
+    preview = confirm_and_run(preview, alice, django_capture_on_commit_callbacks)
+
+    attempts = MAX_EXECUTION_RETRIES + 1
+    assert [r.status for r in fake_stripe.refund_requests()] == [503] * attempts
+    assert_nothing_paid(fake_stripe, o12)
+    assert preview.status == PreviewStatus.FAILED
+    assert preview.failure_code == "retries_exhausted"
+    assert preview.failure_reason.startswith(f"Gave up after {attempts} attempts: Stripe is unavailable for now (503")
+    assert preview_is_retryable(preview)
+    assert events(preview) == ["proposed", "confirmed"] + ["execution_attempt_failed"] * attempts + [
+        "execution_failed"
+    ]
+    will_retry = [a["will_retry"] for a in audit(preview, "execution_attempt_failed")]
+    assert will_retry == [True] * MAX_EXECUTION_RETRIES + [False]
+    assert audit(preview, "execution_failed")[0]["code"] == "retries_exhausted"
+
+
+def test_staff_retry_after_the_outage_pays_once_with_the_same_key(
+    alice, o12, alice_agent, intent, fake_stripe, django_capture_on_commit_callbacks
+):
+    fake_stripe.fail_next(MAX_EXECUTION_RETRIES + 1, status=500)
+    preview = confirm_and_run(make_preview(alice_agent), alice, django_capture_on_commit_callbacks)
+    assert preview.failure_code == "retries_exhausted"
+
+    with django_capture_on_commit_callbacks(execute=True):
+        preview_retry(preview_id=preview.pk, staff=StaffFactory())
+    preview.refresh_from_db()
+
+    assert_one_refund_paid(fake_stripe, preview, o12)
+    assert len(fake_stripe.refund_requests()) == MAX_EXECUTION_RETRIES + 2
+    assert events(preview)[-3:] == ["execution_failed", "retried", "executed"]
+
+
+def test_a_500_that_stripe_saved_under_the_key_is_replayed_until_retries_are_exhausted(
+    alice, o12, alice_agent, intent, fake_stripe, django_capture_on_commit_callbacks
+):
+    """Stripe saves a 500 once the endpoint started and replays it for the key: the outcome stays
+    unknown to us, so we keep the key (never risk a second refund) and give up after the retries."""
+    fake_stripe.fail_next(1, status=500, saved=True)
+    preview = confirm_and_run(make_preview(alice_agent), alice, django_capture_on_commit_callbacks)
+
+    requests = fake_stripe.refund_requests()
+    assert [(r.status, r.replayed) for r in requests] == [(500, False)] + [(500, True)] * MAX_EXECUTION_RETRIES
+    assert {r.idempotency_key for r in requests} == {f"refund:{preview.pk}"}
+    assert_nothing_paid(fake_stripe, o12)
+    assert (preview.status, preview.failure_code) == (PreviewStatus.FAILED, "retries_exhausted")
+
+
+def test_a_refund_stripe_made_before_the_worker_crashed_is_reused_not_repeated(
+    alice, o12, alice_agent, intent, fake_stripe, django_capture_on_commit_callbacks
+):
+    """The worker paid, then died before its transaction committed: the ledger has nothing, the provider
+    has the refund. The redelivered task asks again with the same key and records that refund."""
+    with django_capture_on_commit_callbacks(execute=False):
+        preview = make_preview(alice_agent)
+        preview_approve(preview_id=preview.pk, approver=alice, role=ApprovalRole.CUSTOMER, digest=preview.digest)
+    before_crash = payment_gateway().refund(
+        payment_ref=PI, amount_minor=500, currency="EUR", idempotency_key=f"refund:{preview.pk}"
+    )
+    assert Refund.objects.count() == 0
+
+    execute_preview.apply(args=[str(preview.pk)])
+    preview.refresh_from_db()
+
+    refund = assert_one_refund_paid(fake_stripe, preview, o12)
+    assert refund["id"] == before_crash.id
+    assert [r.replayed for r in fake_stripe.refund_requests()] == [False, True]
+
+
+def test_running_the_task_twice_pays_once(
+    alice, o12, alice_agent, intent, fake_stripe, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        preview = make_preview(alice_agent)
+        preview_approve(preview_id=preview.pk, approver=alice, role=ApprovalRole.CUSTOMER, digest=preview.digest)
+    assert len(callbacks) == 1
+
+    execute_preview.apply(args=[str(preview.pk)])
+    execute_preview.apply(args=[str(preview.pk)])
+    preview_execute(preview_id=preview.pk)
+    preview.refresh_from_db()
+
+    assert_one_refund_paid(fake_stripe, preview, o12)
+    assert len(fake_stripe.refund_requests()) == 1  # the executed preview is not sent again
+    assert events(preview) == ["proposed", "confirmed", "executed"]
+
+
+# Refusals: failed at once with the provider's reason, never retried ----------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "message_part"),
+    [
+        ("charge_already_refunded", "has already been refunded"),
+        ("charge_disputed", "has been charged back"),
+        ("charge_not_refundable", "cannot be refunded"),
+    ],
+)
+def test_a_refusal_fails_the_preview_at_once_with_the_providers_reason(
+    code, message_part, alice, o12, alice_agent, intent, fake_stripe, django_capture_on_commit_callbacks
+):
+    fake_stripe.refuse_next(code)
+    preview = confirm_and_run(make_preview(alice_agent), alice, django_capture_on_commit_callbacks)
+
+    [request] = fake_stripe.refund_requests()  # exactly one request: no retry
+    assert (request.status, request.body["error"]["code"]) == (400, code)
+    assert_nothing_paid(fake_stripe, o12)
+    assert preview.status == PreviewStatus.FAILED
+    assert preview.failure_code == code
+    assert preview.failure_reason == f"Stripe refused the refund: {request.body['error']['message']}"
+    assert message_part in preview.failure_reason
+    assert not preview_is_retryable(preview)
+    assert events(preview) == ["proposed", "confirmed", "execution_failed"]
+    [failed] = audit(preview, "execution_failed")
+    assert (failed["code"], failed["provider_code"], failed["provider_status"]) == (code, code, 400)
+
+
+def test_a_payment_already_refunded_at_the_provider_is_refused_with_charge_already_refunded(
+    alice, o12, alice_agent, fake_stripe, django_capture_on_commit_callbacks
+):
+    """Someone refunded the payment in Stripe's dashboard; our order does not know it yet."""
+    fake_stripe.add_payment_intent(PI, amount=1000, currency="eur", refunded=1000)
+    preview = confirm_and_run(make_preview(alice_agent), alice, django_capture_on_commit_callbacks)
+
+    assert len(fake_stripe.refund_requests()) == 1
+    assert fake_stripe.refunds_created == 0
+    assert Refund.objects.count() == 0
+    assert (preview.status, preview.failure_code) == (PreviewStatus.FAILED, "charge_already_refunded")
+    assert "has already been refunded" in preview.failure_reason
+    assert events(preview) == ["proposed", "confirmed", "execution_failed"]
+
+
+def test_an_over_refund_is_classified_by_param_not_code_and_fails_the_preview(
+    alice, o12, alice_agent, fake_stripe, django_capture_on_commit_callbacks
+):
+    """8.00 of the 10.00 payment was refunded at the provider; our order still says 10.00 remain."""
+    fake_stripe.add_payment_intent(PI, amount=1000, currency="eur", refunded=800)
+    preview = confirm_and_run(make_preview(alice_agent, amount_minor=500), alice, django_capture_on_commit_callbacks)
+
+    [request] = fake_stripe.refund_requests()
+    assert request.status == 400
+    assert request.body == {"error": {
+        "type": "invalid_request_error",
+        "param": "amount",
+        "message": "Refund amount ($5.00) is greater than unrefunded amount on charge ($2.00)",
+    }}  # no `code`, as Stripe sends it
+    assert fake_stripe.refunds_created == 0
+    assert fake_stripe.payment_intents[PI].refunded == 800
+    assert Refund.objects.count() == 0
+    o12.refresh_from_db()
+    assert o12.refunded_minor == 0
+    assert preview.status == PreviewStatus.FAILED
+    assert preview.failure_code == "amount_exceeds_unrefunded"
+    assert preview.failure_reason == (
+        "Stripe refused the refund: Refund amount ($5.00) is greater than unrefunded amount on charge ($2.00)"
+    )
+    assert events(preview) == ["proposed", "confirmed", "execution_failed"]
+    [failed] = audit(preview, "execution_failed")
+    assert (failed["provider_param"], failed["provider_code"]) == ("amount", "")
+
+
+def test_a_refund_in_another_currency_fails_for_reconciliation_without_a_ledger_row(
+    alice, o12, alice_agent, fake_stripe, django_capture_on_commit_callbacks
+):
+    """The order says EUR but the payment was in USD: the provider refunded, the ledger must not
+    record it as EUR; the preview fails with the refund id so staff can reconcile it."""
+    fake_stripe.add_payment_intent(PI, amount=1000, currency="usd")
+    preview = confirm_and_run(make_preview(alice_agent), alice, django_capture_on_commit_callbacks)
+
+    assert len(fake_stripe.refund_requests()) == 1
+    [refund] = fake_stripe.refunds
+    assert refund["currency"] == "usd"
+    assert Refund.objects.count() == 0
+    o12.refresh_from_db()
+    assert o12.refunded_minor == 0
+    assert (preview.status, preview.failure_code) == (PreviewStatus.FAILED, "gateway_currency_mismatch")
+    assert refund["id"] in preview.failure_reason
+    assert not preview_is_retryable(preview)
+    [failed] = audit(preview, "execution_failed")
+    assert failed["refund_id"] == refund["id"]
+
+
+def test_a_missing_api_key_fails_the_preview_for_staff_to_retry_instead_of_crashing_the_task(
+    settings, alice, o12, alice_agent, intent, fake_stripe, django_capture_on_commit_callbacks
+):
+    settings.STRIPE_API_KEY = ""
+    preview = confirm_and_run(make_preview(alice_agent), alice, django_capture_on_commit_callbacks)
+
+    assert fake_stripe.requests == []
+    assert_nothing_paid(fake_stripe, o12)
+    assert (preview.status, preview.failure_code) == (PreviewStatus.FAILED, "gateway_unavailable")
+    assert "needs STRIPE_API_KEY" in preview.failure_reason
+    assert events(preview) == ["proposed", "confirmed", "execution_failed"]
+    assert preview_is_retryable(preview)
+
+
+def test_rejected_credentials_fail_at_once_and_staff_may_retry_after_the_fix(
+    settings, alice, o12, alice_agent, intent, fake_stripe, django_capture_on_commit_callbacks
+):
+    settings.STRIPE_API_KEY = "sk_test_revoked"
+    preview = confirm_and_run(make_preview(alice_agent), alice, django_capture_on_commit_callbacks)
+
+    assert [r.status for r in fake_stripe.refund_requests()] == [401]
+    assert_nothing_paid(fake_stripe, o12)
+    assert (preview.status, preview.failure_code) == (PreviewStatus.FAILED, "gateway_unavailable")
+    assert "STRIPE_API_KEY" in preview.failure_reason
+    assert preview_is_retryable(preview)
+
+    settings.STRIPE_API_KEY = STRIPE_TEST_KEY
+    with django_capture_on_commit_callbacks(execute=True):
+        preview_retry(preview_id=preview.pk, staff=StaffFactory())
+    preview.refresh_from_db()
+    assert_one_refund_paid(fake_stripe, preview, o12)
+
+
+# The adapter on its own ----------------------------------------------------------------------
+
+
+def gateway(fake, **kwargs) -> StripeGateway:
+    return StripeGateway(api_key=STRIPE_TEST_KEY, api_base=fake.url, timeout=0.5, **kwargs)
+
+
+def test_the_same_key_returns_the_same_refund_and_other_parameters_are_an_idempotency_error(fake_stripe, intent):
+    stripe_gateway = gateway(fake_stripe)
+    first = stripe_gateway.refund(payment_ref=PI, amount_minor=300, currency="EUR", idempotency_key="refund:p1")
+    again = stripe_gateway.refund(payment_ref=PI, amount_minor=300, currency="EUR", idempotency_key="refund:p1")
+    assert first == again
+    assert (first.amount_minor, first.currency) == (300, "EUR")
+    assert fake_stripe.refunds_created == 1
+
+    with pytest.raises(GatewayDeclined) as declined:
+        stripe_gateway.refund(payment_ref=PI, amount_minor=400, currency="EUR", idempotency_key="refund:p1")
+    assert declined.value.code == "idempotency_error"
+    assert "same parameters" in declined.value.message
+    assert fake_stripe.refunds_created == 1
+    assert fake_stripe.payment_intents[PI].refunded == 300
+
+
+def test_an_unreachable_provider_is_transient(fake_stripe, intent):
+    stripe_gateway = gateway(fake_stripe)
+    fake_stripe.stop()
+    with pytest.raises(TransientExecutionError, match="Stripe did not answer"):
+        stripe_gateway.refund(payment_ref=PI, amount_minor=300, currency="EUR", idempotency_key="refund:p2")
+
+
+def test_an_unknown_payment_is_declined(fake_stripe, intent):
+    with pytest.raises(GatewayDeclined) as declined:
+        gateway(fake_stripe).refund(payment_ref="pi_nope", amount_minor=300, currency="EUR", idempotency_key="k")
+    assert declined.value.code == "resource_missing"
+    assert "No such payment_intent: 'pi_nope'" in declined.value.message
+    assert fake_stripe.refunds_created == 0
+
+
+def test_a_refund_the_provider_reports_failed_is_declined(fake_stripe, intent):
+    fake_stripe.refund_status = "failed"
+    with pytest.raises(GatewayDeclined) as declined:
+        gateway(fake_stripe).refund(payment_ref=PI, amount_minor=300, currency="EUR", idempotency_key="k")
+    assert declined.value.code == "refund_failed"
+
+
+def test_a_refund_that_is_not_the_one_asked_for_is_declined(fake_stripe, intent):
+    """Defence in depth: were the provider to answer with another refund, the ledger must not record it."""
+    stripe_gateway = gateway(fake_stripe)
+    stripe_gateway.refund(payment_ref=PI, amount_minor=300, currency="EUR", idempotency_key="refund:p3")
+    fake_stripe.refunds[0]["amount"] = 299  # the saved answer is the same dict
+    with pytest.raises(GatewayDeclined) as declined:
+        stripe_gateway.refund(payment_ref=PI, amount_minor=300, currency="EUR", idempotency_key="refund:p3")
+    assert declined.value.code == "gateway_refund_mismatch"
+    assert declined.value.facts["refund_id"] == fake_stripe.refunds[0]["id"]
+
+
+def test_rejected_credentials_are_gateway_unavailable(fake_stripe, intent):
+    bad = StripeGateway(api_key="sk_test_wrong", api_base=fake_stripe.url, timeout=0.5)
+    with pytest.raises(GatewayUnavailable):
+        bad.refund(payment_ref=PI, amount_minor=300, currency="EUR", idempotency_key="k")
+    assert fake_stripe.refunds_created == 0
+
