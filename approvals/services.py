@@ -674,27 +674,36 @@ def preview_execution_attempt_failed(*, preview_id: Any, attempt: int, error: st
     )
 
 
+def _retry_refusal(preview: Preview) -> DecisionError | None:
+    if preview.status != PreviewStatus.FAILED:
+        return DecisionError(
+            f"Only a failed execution can be retried; this preview is {preview.get_status_display().lower()}.",
+            code="not_failed",
+        )
+    if not preview_is_retryable(preview):
+        return DecisionError(
+            f"This preview failed for a reason a retry cannot change ({preview.failure_code}): "
+            f"{preview.failure_reason} It needs a new proposal.",
+            code="not_retryable",
+        )
+    # The agent may have proposed the same thing again after the failure; running both could pay twice.
+    if Preview.objects.filter(proposal_key=preview.proposal_key, status__in=OPEN_STATUSES).exists():
+        return DecisionError(
+            "A newer preview of the same proposal is open; decide that one instead of retrying this one.",
+            code="newer_preview_open",
+        )
+    return None
+
+
 def preview_retry(*, preview_id: Any, staff: AbstractBaseUser) -> Preview:
     """Run a preview whose execution failed transiently again: the same preview, the same approvals
     and the same idempotency key (`refund:<preview id>`), so a retry can never pay twice.
 
     Raises Preview.DoesNotExist, or DecisionError when the failure is not one a retry can mend.
     """
-    error: DecisionError | None = None
     with transaction.atomic():
         preview = Preview.objects.select_for_update().get(pk=preview_id)
-        if preview.status != PreviewStatus.FAILED:
-            error = DecisionError(
-                f"Only a failed execution can be retried; this preview is "
-                f"{preview.get_status_display().lower()}.",
-                code="not_failed",
-            )
-        elif not preview_is_retryable(preview):
-            error = DecisionError(
-                f"This preview failed for a reason a retry cannot change ({preview.failure_code}): "
-                f"{preview.failure_reason} It needs a new proposal.",
-                code="not_retryable",
-            )
+        error = _retry_refusal(preview)
         if error is not None:
             audit_record(
                 event=AuditEvent.DECISION_REFUSED,
@@ -705,6 +714,8 @@ def preview_retry(*, preview_id: Any, staff: AbstractBaseUser) -> Preview:
         else:
             previous = {"code": preview.failure_code, "reason": preview.failure_reason}
             retries = preview.audit_records.filter(event=AuditEvent.RETRIED).count()
+            # Should a twin proposal open in between, the partial unique index on open previews
+            # refuses this save and the retry fails closed.
             _mark(preview, PreviewStatus.APPROVED)
             audit_record(
                 event=AuditEvent.RETRIED,

@@ -67,6 +67,7 @@ class SendInvoiceAction(Action):
         "result says whether it was sent. Report that status, not your own conclusion."
     )
     arguments_serializer = SendInvoiceArguments
+    review_permission = "approvals.review_send_invoice"
 
     def may_use(self, user: Any) -> bool:
         return bool(user.is_active) and (not user.is_staff or user.has_perm(SEND_ANY_INVOICE))

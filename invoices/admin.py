@@ -6,7 +6,7 @@ from django.contrib import admin
 
 from approvals.admin import ReadOnlyInline, ReadOnlyModelAdmin
 
-from .models import Invoice, InvoiceContact, InvoiceLine, StandingApproval
+from .models import Delivery, Invoice, InvoiceContact, InvoiceLine, StandingApproval
 
 
 class InvoiceLineInline(ReadOnlyInline):
@@ -26,6 +26,15 @@ class InvoiceAdmin(ReadOnlyModelAdmin):
     search_fields = ("number", "customer__username")
     list_select_related = ("customer",)
     inlines = [InvoiceLineInline, InvoiceContactInline]
+
+
+@admin.register(Delivery)
+class DeliveryAdmin(ReadOnlyModelAdmin):
+    """The invoice ledger: what was handed to the mail server, one row per executed send."""
+
+    list_display = ("invoice", "subject", "message_id", "sent_at")
+    list_select_related = ("invoice",)
+    search_fields = ("invoice__number", "message_id")
 
 
 @admin.register(StandingApproval)

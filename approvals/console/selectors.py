@@ -30,10 +30,8 @@ AGE_LIMITS = {
     "1d": timedelta(days=1),
     "7d": timedelta(days=7),
 }
-# Events that show how an execution went, one row per attempt or decision about it.
+# Events that show how an execution went: each attempt, its outcome and each retry.
 ATTEMPT_EVENTS = (
-    AuditEvent.APPROVED,
-    AuditEvent.CONFIRMED,
     AuditEvent.EXECUTION_ATTEMPT_FAILED,
     AuditEvent.EXECUTION_FAILED,
     AuditEvent.RETRIED,
@@ -53,9 +51,9 @@ def reviewable_actions(*, user: AbstractBaseUser | AnonymousUser) -> list[str]:
 
 
 def may_export_audit(*, user: AbstractBaseUser | AnonymousUser) -> bool:
-    return bool(user.is_authenticated and user.is_active and user.is_staff and user.has_perm(
-        "approvals.export_auditrecord"
-    ))
+    return bool(
+        user.is_authenticated and user.is_active and user.is_staff and user.has_perm("approvals.export_auditrecord")
+    )
 
 
 def console_access(*, user: AbstractBaseUser | AnonymousUser) -> bool:
@@ -306,9 +304,7 @@ AUDIT_EXPORT_FIELDS = (
 def audit_export_rows(*, start: datetime, end: datetime) -> Iterator[dict[str, Any]]:
     """Audit records created in [start, end), oldest first, streamed from the database in chunks."""
     records = (
-        AuditRecord.objects.filter(created_at__gte=start, created_at__lt=end)
-        .select_related("actor")
-        .order_by("id")
+        AuditRecord.objects.filter(created_at__gte=start, created_at__lt=end).select_related("actor").order_by("id")
     )
     for record in records.iterator(chunk_size=2000):
         yield {

@@ -83,6 +83,8 @@ def _detail(request: HttpRequest, preview: Preview, *, status: int = 200, **extr
         "review": review,
         "preview": preview,
         "can_decide": preview.status == PreviewStatus.AWAITING_STAFF,
+        # Checked against the subject as it is now: meaningful while the preview may still run.
+        "show_policy": preview.is_open or preview.status == PreviewStatus.FAILED,
         "own_proposal": preview.actor_id == request.user.pk,
         "attempts": selectors.preview_attempts(preview=preview),
         "approve_form": ApproveForm(initial={"digest": preview.digest}),
@@ -100,8 +102,9 @@ def preview_detail(request: HttpRequest, preview_id: Any) -> HttpResponse:
     return _detail(request, preview)
 
 
-def _decide(request: HttpRequest, preview_id: Any, form: Any, decide: Callable[[dict[str, Any]], Any],
-            done: str) -> HttpResponse:
+def _decide(
+    request: HttpRequest, preview_id: Any, form: Any, decide: Callable[[dict[str, Any]], Any], done: str
+) -> HttpResponse:
     preview = _preview_or_404(request, preview_id)
     if not form.is_valid():
         extra = {"reject_form": form} if isinstance(form, RejectForm) else {}
@@ -109,8 +112,9 @@ def _decide(request: HttpRequest, preview_id: Any, form: Any, decide: Callable[[
     try:
         decide(form.cleaned_data)
     except DecisionError as error:
-        return _detail(request, _preview_or_404(request, preview_id), status=409, error=error.message,
-                       error_code=error.code)
+        return _detail(
+            request, _preview_or_404(request, preview_id), status=409, error=error.message, error_code=error.code
+        )
     messages.success(request, done)
     return redirect("console:preview", preview_id=preview.pk)
 
@@ -119,9 +123,14 @@ def _decide(request: HttpRequest, preview_id: Any, form: Any, decide: Callable[[
 @require_POST
 def preview_approve_view(request: HttpRequest, preview_id: Any) -> HttpResponse:
     return _decide(
-        request, preview_id, ApproveForm(request.POST),
+        request,
+        preview_id,
+        ApproveForm(request.POST),
         lambda data: preview_approve(
-            preview_id=preview_id, approver=request.user, role=ApprovalRole.STAFF, digest=data["digest"],
+            preview_id=preview_id,
+            approver=request.user,
+            role=ApprovalRole.STAFF,
+            digest=data["digest"],
             basis="staff console review",
         ),
         "You approved this preview. It is handed to the worker; the status below is the real one.",
@@ -132,9 +141,14 @@ def preview_approve_view(request: HttpRequest, preview_id: Any) -> HttpResponse:
 @require_POST
 def preview_reject_view(request: HttpRequest, preview_id: Any) -> HttpResponse:
     return _decide(
-        request, preview_id, RejectForm(request.POST),
+        request,
+        preview_id,
+        RejectForm(request.POST),
         lambda data: preview_decline(
-            preview_id=preview_id, person=request.user, role=ApprovalRole.STAFF, digest=data["digest"],
+            preview_id=preview_id,
+            person=request.user,
+            role=ApprovalRole.STAFF,
+            digest=data["digest"],
             note=data["note"],
         ),
         "You rejected this preview. Nothing will be done; the customer sees your note.",
@@ -148,8 +162,9 @@ def preview_retry_view(request: HttpRequest, preview_id: Any) -> HttpResponse:
     try:
         preview_retry(preview_id=preview.pk, staff=request.user)
     except DecisionError as error:
-        return _detail(request, _preview_or_404(request, preview_id), status=409, error=error.message,
-                       error_code=error.code)
+        return _detail(
+            request, _preview_or_404(request, preview_id), status=409, error=error.message, error_code=error.code
+        )
     messages.success(request, "Execution restarted with the same preview and idempotency key.")
     return redirect("console:preview", preview_id=preview.pk)
 
@@ -161,11 +176,15 @@ def preview_retry_view(request: HttpRequest, preview_id: Any) -> HttpResponse:
 @require_GET
 def preview_audit(request: HttpRequest, preview_id: Any) -> HttpResponse:
     preview = _preview_or_404(request, preview_id)
-    return render(request, "console/timeline.html", {
-        "title": f"Audit trail of {selectors.preview_review(preview=preview).summary}",
-        "preview": preview,
-        "records": selectors.preview_timeline(preview=preview),
-    })
+    return render(
+        request,
+        "console/timeline.html",
+        {
+            "title": f"Audit trail of {selectors.preview_review(preview=preview).summary}",
+            "preview": preview,
+            "records": selectors.preview_timeline(preview=preview),
+        },
+    )
 
 
 @reviewer_required
@@ -174,20 +193,29 @@ def subject_audit(request: HttpRequest, subject_type: str, subject_id: str) -> H
     records = list(selectors.subject_timeline(user=request.user, subject_type=subject_type, subject_id=subject_id))
     if not records:
         raise Http404("No audit records for this subject.")
-    return render(request, "console/timeline.html", {
-        "title": f"Audit trail of {subject_type} {subject_id}",
-        "subject_type": subject_type,
-        "subject_id": subject_id,
-        "records": records,
-    })
+    return render(
+        request,
+        "console/timeline.html",
+        {
+            "title": f"Audit trail of {subject_type} {subject_id}",
+            "subject_type": subject_type,
+            "subject_id": subject_id,
+            "records": records,
+        },
+    )
 
 
 @auditor_required
 @require_GET
 def audit_log(request: HttpRequest) -> HttpResponse:
-    return render(request, "console/audit.html", {
-        "form": AuditExportForm(initial=AuditExportForm.initial_range()), "nav": "audit",
-    })
+    return render(
+        request,
+        "console/audit.html",
+        {
+            "form": AuditExportForm(initial=AuditExportForm.initial_range()),
+            "nav": "audit",
+        },
+    )
 
 
 @auditor_required

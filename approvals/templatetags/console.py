@@ -50,4 +50,3 @@ def pretty_json(value: Any) -> str:
     if value in (None, "", {}, []):
         return ""
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
-
