@@ -66,6 +66,20 @@ class FactTable:
     empty: str = "None."
 
 
+@dataclass(frozen=True)
+class ReviewDocument:
+    """The exact message an action will hand over (e.g. the invoice email), rendered for a reviewer."""
+
+    title: str
+    recipients: list[str]
+    subject: str
+    html: str
+    text: str
+    attachment_name: str
+    attachment_html: str
+    matches_preview: bool
+
+
 class Action(ABC):
     """Base class for an action kind. Subclasses override the hooks below."""
 
@@ -152,6 +166,10 @@ class Action(ABC):
     def review_tables(self, preview: Preview) -> list[FactTable]:
         """Verified history of the subject, e.g. earlier refunds on the same order."""
         return []
+
+    def review_document(self, preview: Preview) -> ReviewDocument | None:
+        """The document exactly as it will be sent, rendered now from the subject; None if none."""
+        return None
 
 
 @dataclass

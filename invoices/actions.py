@@ -6,16 +6,15 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
-from django.db.models import Q
 from django.utils import timezone
 
 from approvals.errors import PolicyRefusal
 from approvals.models import ApprovalRole, Preview
 from approvals.money import format_minor
-from approvals.registry import Action, DisplayRow, Proposal, StandingGrant
+from approvals.registry import Action, DisplayRow, FactTable, Proposal, ReviewDocument, RuleResult, StandingGrant
 
 from .mail import SEND_INVOICE, invoice_email_send
-from .models import Invoice, InvoiceStatus, StandingApproval
+from .models import Delivery, Invoice, InvoiceStatus, StandingApproval
 from .rendering import invoice_email_render
 from .serializers import SendInvoiceArguments
 
@@ -170,7 +169,77 @@ class SendInvoiceAction(Action):
             f"{', '.join(result.get('recipients', []))} (message id {result.get('message_id', '')})."
         )
 
-    def known_contact(self, preview: Preview) -> bool:
-        return Invoice.objects.filter(
-            Q(number=preview.subject_id), Q(contacts__email=preview.payload["recipient"])
-        ).exists()
+    def review_document(self, preview: Preview) -> ReviewDocument | None:
+        invoice = Invoice.objects.filter(number=preview.subject_id).first()
+        if invoice is None:
+            return None
+        rendered = invoice_email_render(invoice=invoice, recipient=preview.payload["recipient"])
+        return ReviewDocument(
+            title="The email exactly as it will be sent",
+            recipients=[preview.payload["recipient"]],
+            subject=rendered.subject,
+            html=rendered.html,
+            text=rendered.text,
+            attachment_name=rendered.attachment_name,
+            attachment_html=rendered.attachment,
+            matches_preview=(
+                invoice.version == preview.subject_version
+                and rendered.digest == preview.payload["content_digest"]
+            ),
+        )
+
+    def review_facts(self, preview: Preview) -> list[DisplayRow]:
+        invoice = Invoice.objects.select_related("customer").filter(number=preview.subject_id).first()
+        if invoice is None:
+            return [DisplayRow("Invoice", f"{preview.subject_id} no longer exists")]
+        contacts = sorted(invoice.contacts.values_list("email", flat=True))
+        recipient = preview.payload["recipient"]
+        known = "a known billing contact" if recipient in contacts else "NOT a known billing contact"
+        return [
+            DisplayRow("Invoice", invoice.number),
+            DisplayRow("Customer", f"{invoice.customer.get_username()} ({invoice.customer.email or 'no email'})"),
+            DisplayRow("Status", invoice.get_status_display()),
+            DisplayRow("Total", format_minor(invoice.total_minor, invoice.currency)),
+            DisplayRow("Known billing contacts", ", ".join(contacts) or "none"),
+            DisplayRow(
+                "Recipient",
+                f"{recipient} ({known})",
+            ),
+            DisplayRow("Invoice version", f"{invoice.version} now, {preview.subject_version} when proposed"),
+        ]
+
+    def policy_evaluation(self, preview: Preview) -> list[RuleResult]:
+        invoice = Invoice.objects.filter(number=preview.subject_id).first()
+        may_send = invoice is not None and invoices_sendable_by(preview.actor).filter(pk=invoice.pk).exists()
+        problem = recipient_problem(preview.payload["recipient"])
+        return [
+            RuleResult("1. The proposer may send this invoice", may_send,
+                       f"{preview.actor.get_username()} {'may' if may_send else 'may not'} send {preview.subject_id}."),
+            RuleResult("2. The invoice is issued", invoice is not None and invoice.status == InvoiceStatus.ISSUED,
+                       f"Status is {invoice.status if invoice else 'missing'}; only issued invoices are sent."),
+            RuleResult("3. The recipient is one valid address", problem is None,
+                       f"{preview.payload['recipient']} {problem or 'is a valid address'}."),
+            RuleResult("Invoice unchanged since the preview", invoice is not None and invoice.version ==
+                       preview.subject_version,
+                       f"Version {invoice.version if invoice else '-'} now, {preview.subject_version} when proposed."),
+        ]
+
+    def review_tables(self, preview: Preview) -> list[FactTable]:
+        deliveries = Delivery.objects.filter(invoice__number=preview.subject_id).order_by("sent_at")
+        standing = StandingApproval.objects.filter(invoice__number=preview.subject_id).select_related("approved_by")
+        return [
+            FactTable(
+                caption=f"Earlier sends of {preview.subject_id}",
+                columns=["Sent", "To", "Subject", "Message id"],
+                rows=[[d.sent_at.strftime("%d %b %Y %H:%M"), ", ".join(d.recipients), d.subject, d.message_id]
+                      for d in deliveries],
+                empty="This invoice has not been sent before.",
+            ),
+            FactTable(
+                caption=f"Standing approvals for {preview.subject_id}",
+                columns=["Recipient", "Approved by", "Used"],
+                rows=[[a.recipient, a.approved_by.get_username(),
+                       a.consumed_at.strftime("%d %b %Y %H:%M") if a.consumed_at else "not yet"] for a in standing],
+                empty="None recorded.",
+            ),
+        ]

@@ -24,6 +24,28 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+STAFF_GROUP_PERMISSIONS = {
+    "Refund reviewers": [("approvals", "review_refund_order"), ("approvals", "export_auditrecord")],
+    "Invoice approvers": [("approvals", "review_send_invoice"), ("approvals", "export_auditrecord")],
+    "Billing": [("invoices", "send_any_invoice")],
+}
+
+
+@pytest.fixture(autouse=True)
+def _staff_groups(request):
+    """The staff groups come from data migrations; a transactional test's flush removes them
+    (post_migrate brings the permissions back, not the groups). Put them back as migrated."""
+    if not {"db", "transactional_db", "live_server"} & set(request.fixturenames):
+        return
+    request.getfixturevalue("transactional_db" if "transactional_db" in request.fixturenames else "db")
+    from django.contrib.auth.models import Group, Permission
+
+    for name, permissions in STAFF_GROUP_PERMISSIONS.items():
+        group, _ = Group.objects.get_or_create(name=name)
+        for app_label, codename in permissions:
+            group.permissions.add(Permission.objects.get(content_type__app_label=app_label, codename=codename))
+
+
 @pytest.fixture
 def alice(db):
     return UserFactory(username="alice")

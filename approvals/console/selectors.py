@@ -18,7 +18,7 @@ from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
 from ..models import AuditEvent, AuditRecord, Preview, PreviewStatus
-from ..registry import Action, DisplayRow, FactTable, RuleResult, registry
+from ..registry import Action, DisplayRow, FactTable, ReviewDocument, RuleResult, registry
 from ..services import preview_is_retryable
 
 QUEUE_PAGE_SIZE = 50
@@ -167,6 +167,7 @@ class ReviewContext:
     facts: list[DisplayRow]
     policy: list[RuleResult]
     tables: list[FactTable]
+    document: ReviewDocument | None
     approvals: list[Any]
     siblings: list[QueueRow]
     proposal: AuditRecord | None
@@ -195,6 +196,7 @@ def preview_review(*, preview: Preview) -> ReviewContext:
         facts=action.review_facts(preview) if action else [],
         policy=action.policy_evaluation(preview) if action else [],
         tables=action.review_tables(preview) if action else [],
+        document=action.review_document(preview) if action else None,
         approvals=list(preview.approvals.select_related("approver").order_by("created_at")),
         siblings=[QueueRow(preview=p, summary=_summary(p)) for p in siblings],
         proposal=proposal,

@@ -8,6 +8,7 @@ urlpatterns = [
     path("", views.queue, name="queue"),
     path("failures/", views.failures, name="failures"),
     path("previews/<uuid:preview_id>/", views.preview_detail, name="preview"),
+    path("previews/<uuid:preview_id>/document/<slug:part>", views.preview_document, name="document"),
     path("previews/<uuid:preview_id>/approve", views.preview_approve_view, name="approve"),
     path("previews/<uuid:preview_id>/reject", views.preview_reject_view, name="reject"),
     path("previews/<uuid:preview_id>/retry", views.preview_retry_view, name="retry"),

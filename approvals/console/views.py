@@ -6,14 +6,17 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
+from csp.decorators import csp_replace, csp_update
 from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
+from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.http import require_GET, require_POST
 
 from ..errors import DecisionError
 from ..models import ApprovalRole, Preview, PreviewStatus
+from ..registry import registry
 from ..services import preview_approve, preview_decline, preview_refresh, preview_retry
 from . import selectors
 from .exports import audit_csv, audit_jsonl
@@ -93,6 +96,22 @@ def _detail(request: HttpRequest, preview: Preview, *, status: int = 200, **extr
         **extra,
     }
     return render(request, "console/detail.html", context, status=status)
+
+
+@reviewer_required
+@require_GET
+@xframe_options_sameorigin
+@csp_update({"style-src": ["'unsafe-inline'"], "img-src": ["data:"]})
+@csp_replace({"frame-ancestors": ["'self'"], "sandbox": [True], "default-src": ["'none'"]})
+def preview_document(request: HttpRequest, preview_id: Any, part: str) -> HttpResponse:
+    """The document a reviewer approves (the email body or its attachment), for a sandboxed frame."""
+    preview = _preview_or_404(request, preview_id)
+    action = registry.action(preview.action)
+    document = action.review_document(preview) if action else None
+    if document is None or part not in ("body", "attachment"):
+        raise Http404("No such document.")
+    html = document.html if part == "body" else document.attachment_html
+    return HttpResponse(html, content_type="text/html; charset=utf-8")
 
 
 @reviewer_required
