@@ -505,6 +505,12 @@ def preview_decline(
     return preview
 
 
+def _may_review(person: AbstractBaseUser, preview: Preview) -> bool:
+    action = registry.action(preview.action)
+    permission = action.review_permission if action else "approvals.review_preview"
+    return bool(person.is_active and person.is_staff and person.has_perm(permission))
+
+
 def _decision_error(
     preview: Preview, *, approver: AbstractBaseUser, role: ApprovalRole, digest: str
 ) -> DecisionError | None:
@@ -525,6 +531,8 @@ def _decision_error(
             "You proposed this action yourself; another staff member must review it.",
             code="four_eyes",
         )
+    if role == ApprovalRole.STAFF and not _may_review(approver, preview):
+        return DecisionError("You may not review this kind of action.", code="not_a_reviewer")
     if digest != preview.digest:
         return DecisionError(
             "What you saw is not what this preview says now. Review it again before deciding.",

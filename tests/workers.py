@@ -11,6 +11,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+import kombu.pools
 from django.db import connection
 
 from config.celery import app as celery_app
@@ -104,9 +105,10 @@ class PrivateRedis:
 
 
 def _reset_producer_connections() -> None:
-    if celery_app._pool is not None:
-        celery_app._pool.force_close_all()
-        celery_app._pool = None
+    # Kombu keeps connection pools per broker URL, process-wide; drop them all so the next
+    # publish connects afresh to whichever broker is configured now.
+    kombu.pools.reset()
+    celery_app._pool = None
     celery_app.amqp._producer_pool = None
 
 

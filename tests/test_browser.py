@@ -1,0 +1,104 @@
+"""One real browser walk: an agent proposes, alice logs in, confirms, and sees the completed refund.
+
+Playwright drives Debian's Chromium (/usr/bin/chromium); it never downloads a browser of its own.
+"""
+
+import json
+import re
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from approvals.services import agent_session_create
+from refunds.models import LocalGatewayRefund, Refund
+from tests.factories import OrderFactory, UserFactory
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+    "--disable-sync", "--no-first-run",
+]
+PASSWORD = "correct horse battery staple"
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"needs Debian's Chromium at {CHROMIUM}"),
+]
+
+
+def agent_request(url: str, token: str, body: dict | None = None) -> tuple[int, dict]:
+    request = urllib.request.Request(
+        url,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        method="GET" if body is None else "POST",
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 - the live test server
+        return response.status, json.load(response)
+
+
+def test_alice_confirms_a_proposed_refund_in_the_browser(live_server, monkeypatch, settings):
+    from playwright.sync_api import expect, sync_playwright
+
+    # Playwright's sync API runs an event loop in this thread; the ORM calls below are still synchronous.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    # Failed-login counters live in the cache (Redis when REDIS_URL is set); don't let other runs lock us out.
+    settings.LOGIN_FAILURE_LIMIT = 10**6
+    alice = UserFactory(username="alice", password=PASSWORD)
+    order = OrderFactory(number="o-12", customer=alice, currency="EUR", total_minor=1000)
+    _session, token = agent_session_create(user=alice, tools=["refund_order"])
+
+    status, proposal = agent_request(
+        f"{live_server.url}/api/agent/tool-calls", token,
+        {"name": "refund_order", "arguments": {"order_id": "o-12", "amount_minor": 500, "reason": "damaged"}},
+    )
+    assert status == 201, proposal
+    assert proposal["executed"] is False
+    assert proposal["preview"]["currency"] == "EUR"
+    confirm_url = proposal["preview"]["confirm_url"]
+    assert confirm_url == f"{live_server.url}/previews/{proposal['preview']['id']}/"
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1024, "height": 768})
+            page.goto(confirm_url)
+
+            expect(page).to_have_url(re.compile(r"/accounts/login/\?next=/previews/"))
+            page.get_by_label("Username").fill("alice")
+            page.get_by_label("Password").fill(PASSWORD)
+            page.get_by_role("button", name="Log in").click()
+
+            expect(page).to_have_url(confirm_url)
+            expect(page.get_by_role("heading", level=1)).to_have_text("Refund €5.00 on order o-12")
+            expect(page.locator("dd", has_text="€5.00")).to_be_visible()
+            expect(page.get_by_role("status")).to_contain_text("Waiting for your confirmation")
+            page.screenshot(path=str(ARTIFACTS / "preview.png"), full_page=True)
+
+            page.get_by_role("button", name=re.compile(r"^Confirm")).click()
+
+            expect(page).to_have_url(confirm_url)
+            status_box = page.get_by_role("status")
+            expect(status_box).to_contain_text("Completed.")
+            expect(status_box).to_contain_text("Refunded €5.00 on order o-12")
+            expect(page.get_by_role("button", name=re.compile(r"^Confirm"))).to_have_count(0)
+            page.screenshot(path=str(ARTIFACTS / "confirm.png"), full_page=True)
+            shown = status_box.inner_text()
+        finally:
+            browser.close()
+
+    refund = Refund.objects.get()
+    assert (refund.amount_minor, refund.currency, refund.order_id) == (500, "EUR", order.pk)
+    assert refund.gateway_refund_id in shown
+    assert LocalGatewayRefund.objects.get().idempotency_key == f"refund:{refund.preview_id}"
+    order.refresh_from_db()
+    assert order.refunded_minor == 500
+
+    # The agent now reads the outcome the worker reported, not its own guess.
+    status, answer = agent_request(f"{live_server.url}/api/agent/previews/{refund.preview_id}", token)
+    assert status == 200
+    assert (answer["executed"], answer["status"]) == (True, "executed")
+    assert answer["preview"]["result"]["refund_id"] == refund.gateway_refund_id

@@ -1,0 +1,60 @@
+"""A worker process killed (SIGKILL) in the middle of a commit: the task is redelivered, and the
+payment provider holds exactly one refund."""
+
+import os
+import signal
+
+import pytest
+from django.conf import settings
+
+from approvals.models import ApprovalRole, Preview, PreviewStatus
+from approvals.services import preview_approve
+from refunds.models import Order, Refund
+from tests.conftest import agent_client_for, propose
+from tests.factories import OrderFactory, UserFactory
+from tests.refunds.fake_stripe import FakeStripe
+from tests.workers import publishing_to, start_worker, stop, wait_for
+
+pytestmark = [pytest.mark.postgres, pytest.mark.redis]
+
+
+def test_a_worker_killed_mid_commit_is_redelivered_and_the_provider_holds_one_refund(transactional_db):
+    if not settings.REDIS_URL:
+        pytest.skip("needs REDIS_URL")
+    fake = FakeStripe().start()
+    fake.add_payment_intent("pi_o12", amount=1000, currency="eur")
+    alice = UserFactory(username="alice")
+    OrderFactory(number="o-12", customer=alice, currency="EUR", total_minor=1000, payment_ref="pi_o12")
+    body = propose(agent_client_for(alice), order_id="o-12", amount_minor=500, reason="damaged").json()
+    preview = Preview.objects.get(pk=body["preview"]["id"])
+    worker_env = (
+        ("PAYMENT_GATEWAY", "stripe"), ("STRIPE_API_KEY", "sk_test_x"), ("STRIPE_API_BASE", fake.url),
+        ("STRIPE_TIMEOUT_SECONDS", "30"), ("CELERY_VISIBILITY_TIMEOUT", "2"),
+    )
+    # The provider records the refund, then holds its answer: the worker is inside the commit.
+    fake.time_out_next(seconds=25)
+    first = start_worker(settings.REDIS_URL, *worker_env, name="doomed")
+    second = None
+    try:
+        with publishing_to(settings.REDIS_URL):
+            preview_approve(preview_id=preview.pk, approver=alice, role=ApprovalRole.CUSTOMER, digest=preview.digest)
+            assert wait_for(lambda: fake.refunds_created == 1, timeout=60), stop(first)[-3000:]
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait(timeout=10)
+            assert Preview.objects.get(pk=preview.pk).status == PreviewStatus.APPROVED
+            assert not Refund.objects.exists()
+
+            second = start_worker(settings.REDIS_URL, *worker_env, name="survivor")
+            executed = wait_for(lambda: Preview.objects.get(pk=preview.pk).status == PreviewStatus.EXECUTED,
+                                timeout=90)
+    finally:
+        log = stop(second) if second else ""
+        fake.stop()
+    assert executed, log[-3000:]
+    assert fake.refunds_created == 1
+    keys = {request.idempotency_key for request in fake.refund_requests()}
+    assert keys == {f"refund:{preview.pk}"}
+    assert len(fake.refund_requests()) >= 2  # the redelivered task asked again and got the same refund
+    refund = Refund.objects.get()
+    assert refund.gateway_refund_id == fake.refunds[0]["id"]
+    assert Order.objects.get(number="o-12").refunded_minor == 500
