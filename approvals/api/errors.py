@@ -37,6 +37,10 @@ CODES = {
 }
 
 
+def error_code(exc: Exception) -> str:
+    return next((c for klass, c in CODES.items() if isinstance(exc, klass)), "error")
+
+
 def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, ApplicationError):
         return Response(error_body(**exc.as_dict()), status=status.HTTP_400_BAD_REQUEST)
@@ -48,12 +52,12 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
     response = exception_handler(exc, context)
     if response is None:
         return None
-    code = next((c for klass, c in CODES.items() if isinstance(exc, klass)), "error")
+    code = error_code(exc)
     facts: dict[str, Any] = {}
     if isinstance(exc, exceptions.ValidationError):
         facts["fields"] = exc.detail
     if isinstance(exc, exceptions.Throttled) and exc.wait is not None:
-        facts["retry_after_seconds"] = int(exc.wait) + 1
+        facts["retry_after_seconds"] = max(int(exc.wait), 1)  # DRF rounded it up; the same as Retry-After
     detail = exc.detail if isinstance(exc, exceptions.APIException) else str(exc)
     response.data = error_body(code, _message(detail), **facts)
     return response

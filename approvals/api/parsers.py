@@ -1,9 +1,12 @@
 import json
+import math
+import re
 from typing import Any
 
 from django.conf import settings
 from rest_framework.exceptions import ParseError
-from rest_framework.parsers import JSONParser
+from rest_framework.parsers import BaseParser
+from rest_framework.renderers import JSONRenderer
 
 MAX_JSON_DEPTH = 20
 
@@ -25,35 +28,60 @@ def _no_constants(name: str) -> Any:
     raise StrictJSONError(f"{name} is not a JSON number.")
 
 
-def _depth(value: Any) -> int:
-    deepest, stack = 0, [(value, 1)]
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400 overflows to infinity: Infinity by another name
+        raise StrictJSONError(f"The number {text[:40]} is out of range.")
+    return value
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _check(value: Any) -> None:
+    """No nesting deeper than MAX_JSON_DEPTH; no lone surrogates (`"\\ud800"` parses, but is not text:
+    it cannot be encoded, stored or sent back)."""
+    stack = [(value, 1)]
     while stack:
         item, level = stack.pop()
-        if isinstance(item, dict | list):
-            deepest = max(deepest, level)
-            if deepest > MAX_JSON_DEPTH:
-                return deepest
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, level + 1) for child in children)
-    return deepest
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                raise StrictJSONError("A JSON string holds a lone surrogate (\\ud800-\\udfff); it is not text.")
+        elif isinstance(item, dict | list):
+            if level > MAX_JSON_DEPTH:
+                raise StrictJSONError(f"JSON is nested deeper than {MAX_JSON_DEPTH} levels.")
+            if isinstance(item, dict):
+                stack.extend((key, level) for key in item)
+                stack.extend((child, level + 1) for child in item.values())
+            else:
+                stack.extend((child, level + 1) for child in item)
 
 
 def strict_json_loads(text: str) -> Any:
-    """json.loads without the leniencies: duplicate keys, NaN/Infinity, absurd nesting."""
+    """json.loads without the leniencies: duplicate keys, NaN/Infinity (also by overflow), absurd nesting,
+    lone surrogates."""
     try:
-        value = json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constants)
+        value = json.loads(
+            text, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constants, parse_float=_finite_float
+        )
     except StrictJSONError:
         raise
     except RecursionError as error:
         raise StrictJSONError("JSON is nested too deeply.") from error
     except ValueError as error:
         raise StrictJSONError(f"Not valid JSON: {error}") from error
-    if _depth(value) > MAX_JSON_DEPTH:
-        raise StrictJSONError(f"JSON is nested deeper than {MAX_JSON_DEPTH} levels.")
+    _check(value)
     return value
 
 
-class StrictJSONParser(JSONParser):
+class StrictJSONParser(BaseParser):
+    """The one parser of the API. Not a JSONParser subclass on purpose: DRF hands JSONParser
+    subclasses `request.body`, which Django refuses past DATA_UPLOAD_MAX_MEMORY_SIZE with an HTML
+    400 of its own; this parser reads the stream itself, at most one byte past the limit."""
+
+    media_type = "application/json"
+    renderer_class = JSONRenderer
+
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
         raw = stream.read(settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1) if stream is not None else b""
         request = (parser_context or {}).get("request")

@@ -8,7 +8,13 @@ import uuid
 from typing import Any
 
 from django.http import Http404
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+    inline_serializer,
+)
 from rest_framework import serializers, status
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.exceptions import ParseError, UnsupportedMediaType
@@ -31,8 +37,19 @@ from ..services import (
     proposal_submit,
 )
 from .authentication import AgentTokenAuthentication
-from .errors import error_body
+from .errors import error_body, error_code
 from .parsers import StrictJSONError, strict_json_loads
+from .schema import (
+    ARGUMENTS,
+    AUTH_HEADERS,
+    IDEMPOTENCY_KEY_PARAMETER,
+    PREVIEW_ENVELOPE,
+    PREVIEW_ID,
+    THROTTLED,
+    TOOL_LISTING,
+    UNAUTHORIZED,
+    error_response,
+)
 from .throttling import AgentSessionThrottle
 
 IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
@@ -46,6 +63,7 @@ class AgentAPIView(APIView):
         return self.request.build_absolute_uri("/")
 
 
+@extend_schema_field(ARGUMENTS)
 class ArgumentsField(serializers.JSONField):
     """A JSON object, or a string holding one (as models emit tool calls)."""
 
@@ -56,20 +74,16 @@ class ToolCallSerializer(StrictSerializer):
     call_id = StrictCharField(max_length=200, required=False, help_text="Your id for this call.")
 
 
-PREVIEW_ENVELOPE = inline_serializer(
-    "PreviewEnvelope",
-    fields={
-        "ok": serializers.BooleanField(),
-        "executed": serializers.BooleanField(),
-        "status": serializers.CharField(),
-        "preview": serializers.DictField(),
-        "message": serializers.CharField(),
-    },
-)
-ERROR_ENVELOPE = inline_serializer(
-    "ErrorEnvelope",
-    fields={"ok": serializers.BooleanField(), "executed": serializers.BooleanField(), "error": serializers.DictField()},
-)
+def storable(value: Any) -> Any:
+    """PostgreSQL text and jsonb cannot hold U+0000. What the audit keeps of a hostile call has it as
+    U+FFFD instead, as for bytes that were not UTF-8; everything else stays exactly as received."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {storable(key): storable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [storable(item) for item in value]
+    return value
 
 
 def _raw_arguments(data: Any) -> str:
@@ -84,16 +98,31 @@ def _raw_arguments(data: Any) -> str:
 class ToolListView(AgentAPIView):
     @extend_schema(
         operation_id="list_tools",
-        parameters=[OpenApiParameter("format", str, enum=["openai"], required=False)],
-        responses={200: inline_serializer("ToolList", fields={"tools": serializers.ListField()})},
+        parameters=[
+            OpenApiParameter("format", str, enum=["openai"], required=False,
+                             description="`openai` lists the tools as OpenAI function definitions."),
+            *AUTH_HEADERS,
+        ],
+        responses={
+            200: TOOL_LISTING,
+            400: error_response("An unknown `format`."),
+            401: UNAUTHORIZED,
+            429: THROTTLED,
+        },
     )
     def get(self, request: Request) -> Response:
+        output = request.query_params.get("format")
+        if output is not None and output != "openai":
+            return Response(
+                error_body("invalid_request", f"Unknown format {output[:40]!r}; the only format is 'openai'."),
+                status=status.HTTP_400_BAD_REQUEST,
+            )
         tools = [
             {"name": a.name, "description": a.description, "input_schema": input_json_schema(a.arguments_serializer)}
             for name in request.auth.tools
             if (a := registry.action(name)) is not None
         ]
-        if request.query_params.get("format") == "openai":
+        if output == "openai":
             openai = [
                 {
                     "type": "function",
@@ -114,20 +143,31 @@ class ToolCallView(AgentAPIView):
     @extend_schema(
         operation_id="propose_tool_call",
         request=ToolCallSerializer,
-        parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=False)],
-        responses={200: PREVIEW_ENVELOPE, 201: PREVIEW_ENVELOPE, 400: ERROR_ENVELOPE, 403: ERROR_ENVELOPE,
-                   404: ERROR_ENVELOPE, 409: ERROR_ENVELOPE, 422: ERROR_ENVELOPE, 429: ERROR_ENVELOPE},
+        parameters=[IDEMPOTENCY_KEY_PARAMETER, *AUTH_HEADERS],
+        responses={
+            200: OpenApiResponse(PREVIEW_ENVELOPE, description="A replay, or the same pending proposal again."),
+            201: OpenApiResponse(PREVIEW_ENVELOPE, description="A new preview; nothing has happened yet."),
+            400: error_response("Malformed body, envelope, arguments or Idempotency-Key."),
+            401: UNAUTHORIZED,
+            403: error_response("The tool is not allowed for this agent session."),
+            404: error_response("There is no such tool."),
+            409: error_response("The Idempotency-Key was used with a different body."),
+            415: error_response("The body is not application/json."),
+            422: error_response("The policy refused the proposal; the message states the rule and the numbers."),
+            429: THROTTLED,
+        },
     )
     def post(self, request: Request) -> Response:
         session = request.auth
         try:
             data = request.data
         except (ParseError, UnsupportedMediaType) as error:
-            # Not even JSON: still a tool call from this session, audited with the body as received.
+            # Not even JSON: still a tool call from this session, audited with the body as received
+            # and the error code the caller gets (malformed_request, unsupported_media_type).
             proposal_audit_rejected(
                 agent_session=session, event=AuditEvent.PROPOSAL_INVALID, tool_name="",
-                raw_arguments=getattr(request, "raw_body_text", ""),
-                error={"code": "malformed_request", "message": str(error.detail)},
+                raw_arguments=storable(getattr(request, "raw_body_text", "")),
+                error=storable({"code": error_code(error), "message": str(error.detail)}),
             )
             raise
         raw_arguments = _raw_arguments(data)
@@ -135,10 +175,10 @@ class ToolCallView(AgentAPIView):
         tool_name = tool_name if isinstance(tool_name, str) else ""
 
         def reject(http_status: int, event: AuditEvent, code: str, message: str, **facts: Any) -> Response:
-            body = error_body(code, message, **facts)
+            body = storable(error_body(code, message, **facts))
             proposal_audit_rejected(
-                agent_session=session, event=event, tool_name=tool_name,
-                raw_arguments=raw_arguments, error=body["error"],
+                agent_session=session, event=event, tool_name=storable(tool_name),
+                raw_arguments=storable(raw_arguments), error=body["error"],
             )
             return Response(body, status=http_status)
 
@@ -199,7 +239,16 @@ class ToolCallView(AgentAPIView):
 
 
 class PreviewStatusView(AgentAPIView):
-    @extend_schema(operation_id="get_preview", responses={200: PREVIEW_ENVELOPE, 404: ERROR_ENVELOPE})
+    @extend_schema(
+        operation_id="get_preview",
+        parameters=[PREVIEW_ID, *AUTH_HEADERS],
+        responses={
+            200: OpenApiResponse(PREVIEW_ENVELOPE, description="The preview with its real status."),
+            401: UNAUTHORIZED,
+            404: error_response("No such preview of this person (the same answer for someone else's)."),
+            429: THROTTLED,
+        },
+    )
     def get(self, request: Request, preview_id: str) -> Response:
         try:
             preview_uuid = uuid.UUID(preview_id)
@@ -226,9 +275,16 @@ class AgentSessionCreateView(APIView):
     @extend_schema(
         operation_id="create_agent_session",
         request=AgentSessionCreateSerializer,
-        responses={201: inline_serializer("AgentSessionCreated", fields={
-            "token": serializers.CharField(), "tools": serializers.ListField(),
-            "expires_at": serializers.DateTimeField()}), 400: ERROR_ENVELOPE, 403: ERROR_ENVELOPE},
+        responses={
+            201: inline_serializer("AgentSessionCreated", fields={
+                "token": serializers.CharField(help_text="Shown once; only its hash is stored."),
+                "tools": serializers.ListField(child=serializers.CharField()),
+                "expires_at": serializers.DateTimeField(),
+            }),
+            400: error_response("A malformed request."),
+            403: error_response("Not logged in, no CSRF token, or a tool this person may not use."),
+            415: error_response("The body is not application/json."),
+        },
     )
     def post(self, request: Request) -> Response:
         data = AgentSessionCreateSerializer(data=request.data)

@@ -7,6 +7,7 @@ so `transaction.on_commit` callbacks (the Celery enqueue) only run when captured
 from datetime import timedelta
 
 import pytest
+from django.contrib.auth.models import Group
 from django.db.models import F
 from django.utils import timezone
 
@@ -282,6 +283,7 @@ def test_above_threshold_needs_staff_after_the_customer_and_then_executes(
     assert preview.required_approvals == ["customer", "staff"]
     assert preview.status == PreviewStatus.AWAITING_CUSTOMER
     staff = StaffFactory()
+    staff.groups.add(Group.objects.get(name="Refund reviewers"))
 
     # Staff cannot go first.
     with pytest.raises(DecisionError) as refused:
