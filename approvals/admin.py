@@ -84,14 +84,14 @@ class IdempotencyRecordAdmin(ReadOnlyModelAdmin):
 
 @admin.register(AgentSession)
 class AgentSessionAdmin(admin.ModelAdmin):
-    """Tokens are minted by `create_agent_session` (shown once, stored hashed); the admin may only
-    relabel or revoke a session."""
+    """Tokens are minted by `create_agent_session` (shown once, stored hashed) and revoked, with an
+    audit record, in the console or by `revoke_agent_session`; the admin may only relabel a session."""
 
     actions = None
     list_display = ("token_prefix", "user", "label", "created_at", "expires_at", "revoked_at")
     list_select_related = ("user",)
     search_fields = ("token_prefix", "user__username", "label")
-    readonly_fields = ("token_prefix", "user", "tools", "created_at", "expires_at")
+    readonly_fields = ("token_prefix", "user", "tools", "created_at", "expires_at", "revoked_at")
     exclude = ("token_hash",)
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:

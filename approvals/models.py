@@ -157,12 +157,20 @@ class AuditEvent(models.TextChoices):
     EXPIRED = "expired"
     EXECUTION_ATTEMPT_FAILED = "execution_attempt_failed"
     RETRIED = "retried"
+    AGENT_SESSION_REVOKED = "agent_session_revoked"
 
 
 class AuditRecord(models.Model):
-    """Append-only: rows are only ever inserted."""
+    """Append-only: rows are only ever inserted (on PostgreSQL a trigger refuses UPDATE and DELETE).
 
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    Each record carries the hash of the one before it, so an edited or removed row breaks the chain
+    (`manage.py verify_audit`).
+    """
+
+    sequence = models.PositiveBigIntegerField(unique=True)
+    previous_hash = models.CharField(max_length=64)
+    record_hash = models.CharField(max_length=64)
+    created_at = models.DateTimeField(db_index=True)
     event = models.CharField(max_length=32, choices=AuditEvent.choices)
     action = models.CharField(max_length=64, blank=True)
     preview = models.ForeignKey(
@@ -189,6 +197,17 @@ class AuditRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.event} {self.subject_id}"
+
+
+class AuditChainHead(models.Model):
+    """The chain's last link. Locking this one row puts audit records in one order."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    sequence = models.PositiveBigIntegerField(default=0)
+    record_hash = models.CharField(max_length=64, default="")
+
+    def __str__(self) -> str:
+        return f"audit chain at {self.sequence}"
 
 
 class IdempotencyRecord(models.Model):

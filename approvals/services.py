@@ -6,6 +6,7 @@ first and then its subject, so that a confirmation and a worker cannot deadlock.
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 from collections.abc import Callable
@@ -18,7 +19,8 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from .digests import digest_of, sha256_hex
+from .audit_chain import GENESIS, audit_record_fields, audit_record_hash
+from .digests import canonical_json, digest_of, sha256_hex
 from .errors import ApplicationError, DecisionError, ExecutionFailure, PolicyRefusal
 from .models import (
     AWAITING_STATUSES,
@@ -26,6 +28,7 @@ from .models import (
     AgentSession,
     Approval,
     ApprovalRole,
+    AuditChainHead,
     AuditEvent,
     AuditRecord,
     IdempotencyRecord,
@@ -42,6 +45,24 @@ TOKEN_PREFIX = "agt_"
 # Audit ---------------------------------------------------------------------------------------
 
 
+def _json_normalized(value: Any) -> Any:
+    """The value as the JSON column will give it back, so that its hash can be recomputed."""
+    return None if value is None else json.loads(canonical_json(value))
+
+
+def _audit_chain_head() -> AuditChainHead:
+    """The locked chain head; every audit insert waits here, which keeps the chain one line."""
+    head = AuditChainHead.objects.select_for_update().filter(pk=1).first()
+    if head is None:
+        try:
+            with transaction.atomic():
+                AuditChainHead.objects.create(pk=1)
+        except IntegrityError:
+            pass  # created concurrently
+        head = AuditChainHead.objects.select_for_update().get(pk=1)
+    return head
+
+
 def audit_record(
     *,
     event: AuditEvent,
@@ -55,22 +76,35 @@ def audit_record(
     approval_basis: dict[str, Any] | None = None,
     result: dict[str, Any] | None = None,
 ) -> AuditRecord:
+    """Append one record to the hash-chained audit log, in the caller's transaction."""
     if preview is not None:
         action = action or preview.action
         subject_type = subject_type or preview.subject_type
         subject_id = subject_id or preview.subject_id
-    return AuditRecord.objects.create(
-        event=event,
-        preview=preview,
-        actor=actor,
-        agent_session=agent_session,
-        action=action,
-        subject_type=subject_type,
-        subject_id=subject_id,
-        raw_arguments=raw_arguments,
-        approval_basis=approval_basis,
-        result=result or {},
-    )
+    with transaction.atomic():
+        head = _audit_chain_head()
+        record = AuditRecord(
+            sequence=head.sequence + 1,
+            previous_hash=head.record_hash or GENESIS,
+            created_at=timezone.now(),
+            event=event,
+            preview=preview,
+            actor=actor,
+            agent_session=agent_session,
+            action=action,
+            subject_type=subject_type,
+            subject_id=subject_id,
+            raw_arguments=raw_arguments,
+            approval_basis=_json_normalized(approval_basis),
+            result=_json_normalized(result or {}),
+        )
+        record.record_hash = audit_record_hash(
+            sequence=record.sequence, previous_hash=record.previous_hash, fields=audit_record_fields(record)
+        )
+        record.save(force_insert=True)
+        head.sequence, head.record_hash = record.sequence, record.record_hash
+        head.save(update_fields=["sequence", "record_hash"])
+    return record
 
 
 # Agent sessions ------------------------------------------------------------------------------
@@ -116,6 +150,32 @@ def agent_session_create(
         result={"tools": session.tools, "expires_at": session.expires_at.isoformat()},
     )
     return session, token
+
+
+def agent_sessions_revoke(
+    *, token_prefix: str | None = None, username: str | None = None, revoked_by: AbstractBaseUser | None = None
+) -> int:
+    """Revoke live agent sessions by token prefix or by user; each revocation is audited."""
+    sessions = AgentSession.objects.select_for_update().filter(revoked_at__isnull=True)
+    if token_prefix:
+        sessions = sessions.filter(token_prefix__startswith=token_prefix[:16])
+    elif username:
+        sessions = sessions.filter(user__username=username)
+    else:
+        return 0
+    count = 0
+    with transaction.atomic():
+        for session in sessions.order_by("pk"):
+            session.revoked_at = timezone.now()
+            session.save(update_fields=["revoked_at"])
+            audit_record(
+                event=AuditEvent.AGENT_SESSION_REVOKED,
+                actor=revoked_by,
+                agent_session=session,
+                result={"token_prefix": session.token_prefix, "user": session.user_id},
+            )
+            count += 1
+    return count
 
 
 # Proposals -----------------------------------------------------------------------------------

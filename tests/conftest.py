@@ -2,6 +2,7 @@
 unless REQUIRE_POSTGRES=1 (as in CI), where running them on anything else is an error."""
 
 import os
+from contextlib import contextmanager
 
 import pytest
 from django.conf import settings
@@ -72,6 +73,25 @@ def o17(bob):
 def ord4417(alice):
     """Seed 001: delivered two days after it was placed."""
     return OrderFactory(number="ORD-4417", customer=alice, currency="EUR", total_minor=2499)
+
+
+@contextmanager
+def tampering():
+    """Let a test edit what the database normally refuses to change (audit records, a preview's
+    content), as someone with the database's superuser rights could: on PostgreSQL the guarding
+    triggers are skipped for the duration, so the application's own checks are what is tested."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        yield
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SET session_replication_role = replica")
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SET session_replication_role = origin")
 
 
 def agent_client_for(user, tools=("refund_order",), **kwargs):

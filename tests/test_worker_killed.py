@@ -30,6 +30,7 @@ def test_a_worker_killed_mid_commit_is_redelivered_and_the_provider_holds_one_re
     worker_env = (
         ("PAYMENT_GATEWAY", "stripe"), ("STRIPE_API_KEY", "sk_test_x"), ("STRIPE_API_BASE", fake.url),
         ("STRIPE_TIMEOUT_SECONDS", "30"), ("CELERY_VISIBILITY_TIMEOUT", "2"),
+        ("CELERY_UNACKED_RESTORE_INTERVAL", "1"), ("CELERY_UNACKED_RESTORE_THROTTLE", "1"),
     )
     # The provider records the refund, then holds its answer: the worker is inside the commit.
     fake.time_out_next(seconds=25)

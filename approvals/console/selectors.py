@@ -17,7 +17,7 @@ from django.core.paginator import Page, Paginator
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
-from ..models import AuditEvent, AuditRecord, Preview, PreviewStatus
+from ..models import AgentSession, AuditEvent, AuditRecord, Preview, PreviewStatus
 from ..registry import Action, DisplayRow, FactTable, ReviewDocument, RuleResult, registry
 from ..services import preview_is_retryable
 
@@ -323,3 +323,12 @@ def audit_export_rows(*, start: datetime, end: datetime) -> Iterator[dict[str, A
             "approval_basis": record.approval_basis,
             "result": record.result,
         }
+
+
+def live_agent_sessions() -> QuerySet[AgentSession]:
+    """Agent sessions that can still act: not revoked, not expired. Newest first."""
+    return (
+        AgentSession.objects.filter(revoked_at__isnull=True, expires_at__gt=timezone.now())
+        .select_related("user")
+        .order_by("-created_at")
+    )

@@ -14,6 +14,8 @@ urlpatterns = [
     path("previews/<uuid:preview_id>/retry", views.preview_retry_view, name="retry"),
     path("previews/<uuid:preview_id>/audit/", views.preview_audit, name="preview_audit"),
     path("subjects/<slug:subject_type>/<str:subject_id>/audit/", views.subject_audit, name="subject_audit"),
+    path("agent-sessions/", views.agent_sessions, name="agent_sessions"),
+    path("agent-sessions/<int:session_id>/revoke", views.agent_session_revoke, name="agent_session_revoke"),
     path("audit/", views.audit_log, name="audit"),
     path("audit/export", views.audit_export, name="audit_export"),
 ]

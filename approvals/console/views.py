@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET, require_POST
 from ..errors import DecisionError
 from ..models import ApprovalRole, Preview, PreviewStatus
 from ..registry import registry
-from ..services import preview_approve, preview_decline, preview_refresh, preview_retry
+from ..services import agent_sessions_revoke, preview_approve, preview_decline, preview_refresh, preview_retry
 from . import selectors
 from .exports import audit_csv, audit_jsonl
 from .forms import ApproveForm, AuditExportForm, QueueFilterForm, RejectForm
@@ -252,3 +252,25 @@ def audit_export(request: HttpRequest) -> HttpResponse:
     name = f"audit-{start:%Y%m%dT%H%M}-{end:%Y%m%dT%H%M}.{kind}"
     response["Content-Disposition"] = f'attachment; filename="{name}"'
     return response
+
+
+# Agent sessions ------------------------------------------------------------------------------
+
+
+@reviewer_required
+@require_GET
+def agent_sessions(request: HttpRequest) -> HttpResponse:
+    sessions = selectors.live_agent_sessions()
+    return render(request, "console/agent_sessions.html", {"sessions": sessions, "nav": "sessions"})
+
+
+@reviewer_required
+@require_POST
+def agent_session_revoke(request: HttpRequest, session_id: int) -> HttpResponse:
+    session = selectors.live_agent_sessions().filter(pk=session_id).first()
+    if session is None:
+        messages.info(request, "That agent session had already expired or been revoked.")
+    else:
+        agent_sessions_revoke(token_prefix=session.token_prefix, revoked_by=request.user)
+        messages.success(request, f"Revoked the agent session {session.token_prefix}… of {session.user}.")
+    return redirect("console:agent_sessions")

@@ -17,7 +17,7 @@ from approvals.models import Approval, ApprovalRole, AuditRecord, Preview, Previ
 from approvals.services import preview_approve, preview_execute
 from approvals.tasks import execute_preview
 from refunds.models import LocalGatewayRefund, Order, OrderStatus, Refund
-from tests.conftest import propose
+from tests.conftest import propose, tampering
 
 
 def make_preview(agent, order_id="o-12", amount_minor=500, reason="damaged") -> Preview:
@@ -253,7 +253,8 @@ def test_an_approval_that_does_not_match_the_preview_is_refused(
 def test_a_payload_changed_after_approval_is_refused(alice, o12, alice_agent, django_capture_on_commit_callbacks):
     preview = make_preview(alice_agent)
     run = approve_held(preview, alice, django_capture_on_commit_callbacks)
-    Preview.objects.filter(pk=preview.pk).update(amount_minor=900)
+    with tampering():
+        Preview.objects.filter(pk=preview.pk).update(amount_minor=900)
 
     run[0]()
 

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from approvals.console.selectors import AUDIT_EXPORT_FIELDS
 from approvals.models import AuditEvent, AuditRecord
-from tests.conftest import agent_client_for, propose
+from tests.conftest import agent_client_for, propose, tampering
 
 from .conftest import logged_in
 from .test_decisions import approve
@@ -60,7 +60,8 @@ def test_csv_export_has_every_record_in_the_range_and_defuses_formulas(awaiting_
     )
     assert response.status_code == 400
     old = AuditRecord.objects.filter(event=AuditEvent.AGENT_SESSION_CREATED).first()
-    AuditRecord.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(days=3))
+    with tampering():
+        AuditRecord.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(days=3))
 
     response = export(reviewer_client, "csv")
     assert response["Content-Type"] == "text/csv; charset=utf-8"

@@ -7,9 +7,10 @@ import pytest
 from django.contrib.auth.models import Group, Permission
 from django.test import Client
 
-from approvals.models import Approval, AuditRecord, Preview, PreviewStatus
+from approvals.models import AgentSession, Approval, AuditRecord, Preview, PreviewStatus
 from approvals.people import INVOICE_APPROVERS, REFUND_REVIEWERS
 from refunds.models import Refund
+from tests.conftest import tampering
 
 from .conftest import logged_in
 
@@ -28,12 +29,16 @@ CONSOLE_URLS = [
     ("approve", "post", "/console/previews/{id}/approve", 302),
     ("reject", "post", "/console/previews/{id}/reject", 302),
     ("retry", "post", "/console/previews/{failed_id}/retry", 302),
+    ("document", "get", "/console/previews/{id}/document/body", 404),  # a refund has no document
+    ("agent sessions", "get", "/console/agent-sessions/", 200),
+    ("revoke agent session", "post", "/console/agent-sessions/{session_id}/revoke", 302),
 ]
 
 
 @pytest.fixture
 def targets(awaiting_staff, failed_transient_other):
-    return {"id": awaiting_staff.pk, "failed_id": failed_transient_other.pk}
+    return {"id": awaiting_staff.pk, "failed_id": failed_transient_other.pk,
+            "session_id": awaiting_staff.agent_session_id}
 
 
 @pytest.fixture
@@ -61,7 +66,8 @@ def _snapshot():
         list(Preview.objects.order_by("pk").values_list("pk", "status")),
         Approval.objects.count(),
         Refund.objects.count(),
-        AuditRecord.objects.filter(event__in=["approved", "rejected", "retried"]).count(),
+        AuditRecord.objects.filter(event__in=["approved", "rejected", "retried", "agent_session_revoked"]).count(),
+        AgentSession.objects.filter(revoked_at__isnull=False).count(),
     )
 
 
@@ -104,6 +110,10 @@ def test_an_invoice_approver_sees_no_refund_and_cannot_decide_one(
     staff_without_permission.groups.set([approvers])
     before = _snapshot()
     response = _request(logged_in(staff_without_permission), method, path.format(**targets), awaiting_staff)
+    if "agent-sessions" in path:
+        # Any reviewer may stop a misbehaving agent; revoking is audited, not a refund decision.
+        assert response.status_code == expected
+        return
     if "{" in path or "subjects/" in path:
         assert response.status_code == 404
     elif "audit" in path:
@@ -152,7 +162,8 @@ def test_staff_land_on_the_console_and_customers_on_their_orders(reviewer_client
 
 
 def test_a_preview_of_a_kind_the_reviewer_may_not_decide_is_a_404(reviewer_client, awaiting_staff):
-    Preview.objects.filter(pk=awaiting_staff.pk).update(action="send_invoice")
+    with tampering():
+        Preview.objects.filter(pk=awaiting_staff.pk).update(action="send_invoice")
     assert reviewer_client.get(f"/console/previews/{awaiting_staff.pk}/").status_code == 404
     page = reviewer_client.get("/console/?state=all").content.decode()
     assert str(awaiting_staff.pk) not in page
