@@ -78,6 +78,9 @@ class Preview(models.Model):
     failure_code = models.CharField(max_length=64, blank=True)
     failure_reason = models.TextField(blank=True)
     result = models.JSONField(null=True, blank=True)
+    execution_started_at = models.DateTimeField(
+        null=True, blank=True, help_text="Set once the executor passed its checks and may have called the provider."
+    )
     executed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

@@ -113,9 +113,24 @@ class Action(ABC):
         """Re-run the policy under lock before executing; raise PolicyRefusal to fail the preview."""
         ...
 
+    #: Whether asking the outside world for the effect twice returns the first effect (a payment
+    #: provider's idempotency key). If not (plain SMTP), the engine makes the effect while holding
+    #: the preview's lock, so that two runs at once cannot both make it.
+    idempotent_effect: bool = True
+
     @abstractmethod
-    def execute(self, *, preview: Preview, subject: Model) -> dict[str, Any]:
-        """Perform the effect (idempotently, keyed by the preview id) and return the result facts."""
+    def perform(self, *, preview: Preview) -> dict[str, Any]:
+        """Make the outside effect (pay, send) for an approved preview, holding no database locks.
+
+        Must be idempotent per preview (e.g. the provider's idempotency key `refund:<preview id>`):
+        after a crash or a time-out it is called again and must return the effect already made.
+        Raise TransientExecutionError to retry later, ExecutionFailure to fail the preview.
+        """
+        ...
+
+    @abstractmethod
+    def record(self, *, preview: Preview, subject: Model, effect: dict[str, Any]) -> dict[str, Any]:
+        """Write the effect into the shop's books under the executor's locks; return the result facts."""
         ...
 
     @abstractmethod

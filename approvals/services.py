@@ -631,51 +631,97 @@ def _execution_problem(preview: Preview, action: Action, subject: Any) -> tuple[
 def preview_execute(*, preview_id: Any) -> Preview | None:
     """Execute an approved preview exactly once. Safe to run twice, concurrently, or after a crash.
 
+    Three steps, as in Brandur's recovery points. (1) Under locks: check everything and mark the
+    preview started, which reserves its effect. (2) With no locks held: make the outside effect
+    through the action, idempotently per preview. (3) Under locks: record it and mark executed.
+    A run that finds the preview already started skips (1)'s checks: the provider may have acted,
+    so the only safe way on is to ask it again with the same key and record what it answers.
+
     Raises TransientExecutionError (from the action) when a retry may succeed.
     """
     try:
-        with transaction.atomic():
-            preview = Preview.objects.select_for_update().filter(pk=preview_id).first()
-            if preview is None:
-                logger.warning("execute_preview: no preview %s", preview_id)
-                return None
-            if preview.status != PreviewStatus.APPROVED:
-                return preview
-            action = registry.action(preview.action)
-            if action is None:
-                raise ExecutionFailure(f"No action {preview.action!r} is registered.", code="unknown_action")
-            subject = action.lock_subject(preview)
-            problem = _execution_problem(preview, action, subject)
-            if problem is not None:
-                status, code, reason = problem
-                _mark(preview, status, code=code, reason=reason)
-                event = AuditEvent.SUPERSEDED if status == PreviewStatus.SUPERSEDED else AuditEvent.EXECUTION_FAILED
-                audit_record(event=event, preview=preview, result={"code": code, "reason": reason})
-                return preview
-            try:
-                action.revalidate(preview=preview, subject=subject)
-            except PolicyRefusal as refusal:
-                _mark(preview, PreviewStatus.FAILED, code=refusal.code, reason=refusal.message)
-                audit_record(event=AuditEvent.EXECUTION_FAILED, preview=preview, result={"error": refusal.as_dict()})
-                return preview
-            result = action.execute(preview=preview, subject=subject)
-            preview.status = PreviewStatus.EXECUTED
-            preview.result = result
-            preview.executed_at = timezone.now()
-            preview.save(update_fields=["status", "result", "executed_at", "status_changed_at"])
-            audit_record(
-                event=AuditEvent.EXECUTED,
-                preview=preview,
-                approval_basis={
-                    a.role: {"approver": a.approver_id, "digest": a.digest, "basis": a.basis}
-                    for a in preview.approvals.all()
-                },
-                result=result,
-            )
-            _supersede_siblings(preview, action, subject)
+        preview, action = _execution_begin(preview_id)
+        if action is None:
             return preview
+        if not action.idempotent_effect:
+            return _execution_finish(preview_id, action, effect=None)
+        effect = action.perform(preview=preview)
+        return _execution_finish(preview_id, action, effect=effect)
     except ExecutionFailure as failure:
         return preview_fail(preview_id=preview_id, code=failure.code, reason=failure.message, facts=failure.facts)
+
+
+def _execution_begin(preview_id: Any) -> tuple[Preview | None, Action | None]:
+    """Step 1. Returns the action when the effect should be made (now or again), else None."""
+    with transaction.atomic():
+        preview = Preview.objects.select_for_update().filter(pk=preview_id).first()
+        if preview is None:
+            logger.warning("execute_preview: no preview %s", preview_id)
+            return None, None
+        if preview.status != PreviewStatus.APPROVED:
+            return preview, None
+        action = registry.action(preview.action)
+        if action is None:
+            raise ExecutionFailure(f"No action {preview.action!r} is registered.", code="unknown_action")
+        if preview.execution_started_at is not None:
+            return preview, action
+        subject = action.lock_subject(preview)
+        problem = _execution_problem(preview, action, subject)
+        if problem is not None:
+            status, code, reason = problem
+            _mark(preview, status, code=code, reason=reason)
+            event = AuditEvent.SUPERSEDED if status == PreviewStatus.SUPERSEDED else AuditEvent.EXECUTION_FAILED
+            audit_record(event=event, preview=preview, result={"code": code, "reason": reason})
+            return preview, None
+        try:
+            action.revalidate(preview=preview, subject=subject)
+        except PolicyRefusal as refusal:
+            _mark(preview, PreviewStatus.FAILED, code=refusal.code, reason=refusal.message)
+            audit_record(event=AuditEvent.EXECUTION_FAILED, preview=preview, result={"error": refusal.as_dict()})
+            return preview, None
+        preview.execution_started_at = timezone.now()
+        preview.save(update_fields=["execution_started_at", "status_changed_at"])
+        audit_record(
+            event=AuditEvent.EXECUTION_STARTED,
+            preview=preview,
+            result={"subject_version": action.subject_version(subject)},
+        )
+        return preview, action
+
+
+def _execution_finish(preview_id: Any, action: Action, effect: dict[str, Any] | None) -> Preview:
+    """Step 3: record the effect and mark the preview executed (once, whoever gets here first).
+
+    Without an effect in hand (an action whose effect is not idempotent), make it here, under the
+    preview's lock: a second run waits, then finds the preview executed.
+    """
+    with transaction.atomic():
+        preview = Preview.objects.select_for_update().get(pk=preview_id)
+        if preview.status != PreviewStatus.APPROVED:
+            if effect is not None and preview.status != PreviewStatus.EXECUTED:
+                logger.error("Preview %s is %s but its effect was made: %s", preview_id, preview.status, effect)
+            return preview
+        if effect is None:
+            effect = action.perform(preview=preview)
+        subject = action.lock_subject(preview)
+        if subject is None:
+            raise ExecutionFailure("The order or invoice disappeared during execution.", code="subject_unavailable")
+        result = action.record(preview=preview, subject=subject, effect=effect)
+        preview.status = PreviewStatus.EXECUTED
+        preview.result = result
+        preview.executed_at = timezone.now()
+        preview.save(update_fields=["status", "result", "executed_at", "status_changed_at"])
+        audit_record(
+            event=AuditEvent.EXECUTED,
+            preview=preview,
+            approval_basis={
+                a.role: {"approver": a.approver_id, "digest": a.digest, "basis": a.basis}
+                for a in preview.approvals.all()
+            },
+            result=result,
+        )
+        _supersede_siblings(preview, action, subject)
+        return preview
 
 
 def _supersede_siblings(preview: Preview, action: Action, subject: Any) -> None:
@@ -689,6 +735,7 @@ def _supersede_siblings(preview: Preview, action: Action, subject: Any) -> None:
     siblings = (
         Preview.objects.select_for_update(skip_locked=True)
         .filter(subject_type=preview.subject_type, subject_id=preview.subject_id, status__in=OPEN_STATUSES)
+        .filter(execution_started_at__isnull=True)  # one already started may have moved money: it completes
         .exclude(pk=preview.pk)
         .exclude(subject_version=new_version)
         .order_by("pk")

@@ -13,7 +13,7 @@ from approvals.models import ApprovalRole, Preview
 from approvals.money import format_minor
 from approvals.registry import Action, DisplayRow, FactTable, Proposal, ReviewDocument, RuleResult, StandingGrant
 
-from .mail import SEND_INVOICE, invoice_email_send
+from .mail import SEND_INVOICE, InvoiceSendRefused, invoice_delivery_record, invoice_email_send
 from .models import Delivery, Invoice, InvoiceStatus, StandingApproval
 from .rendering import invoice_email_render
 from .serializers import SendInvoiceArguments
@@ -66,6 +66,8 @@ class SendInvoiceAction(Action):
         "result says whether it was sent. Report that status, not your own conclusion."
     )
     arguments_serializer = SendInvoiceArguments
+    # SMTP has no idempotency key: the engine sends under the preview's lock, one run at a time.
+    idempotent_effect = False
     review_permission = "approvals.review_send_invoice"
 
     def may_use(self, user: Any) -> bool:
@@ -126,8 +128,14 @@ class SendInvoiceAction(Action):
             raise invoice_unavailable(invoice.number)
         send_invoice_policy_check(invoice=invoice, recipient=preview.payload["recipient"])
 
-    def execute(self, *, preview: Preview, subject: Any) -> dict[str, Any]:
-        delivery = invoice_email_send(preview=preview, invoice=subject)
+    def perform(self, *, preview: Preview) -> dict[str, Any]:
+        invoice = Invoice.objects.filter(number=preview.subject_id).first()
+        if invoice is None:
+            raise InvoiceSendRefused(f"Invoice {preview.subject_id} no longer exists.", code="subject_unavailable")
+        return invoice_email_send(preview=preview, invoice=invoice)
+
+    def record(self, *, preview: Preview, subject: Any, effect: dict[str, Any]) -> dict[str, Any]:
+        delivery = invoice_delivery_record(preview=preview, invoice=subject, sent=effect)
         return {
             "delivery_id": delivery.pk,
             "invoice_id": subject.number,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import smtplib
+from typing import Any
 
 from django.conf import settings
 from django.core.mail import EmailMultiAlternatives
@@ -46,7 +47,7 @@ def _is_transient(error: Exception) -> bool:
     return True  # refused connection, timeout, dropped connection: the server never accepted it
 
 
-def invoice_email_send(*, preview: Preview, invoice: Invoice) -> Delivery:
+def invoice_email_send(*, preview: Preview, invoice: Invoice) -> dict[str, Any]:
     """Send the approved invoice email. Refuses anything but an approved, unexecuted send_invoice
     preview whose invoice version and rendered content are the ones that were approved."""
     if preview.action != SEND_INVOICE or preview.status != PreviewStatus.APPROVED:
@@ -78,12 +79,23 @@ def invoice_email_send(*, preview: Preview, invoice: Invoice) -> Delivery:
         if _is_transient(error):
             raise TransientExecutionError(f"The mail server did not take the message: {answer}") from error
         raise InvoiceSendRefused(f"The mail server refused the message: {answer}", code="mail_refused") from error
+    return {
+        "invoice_version": invoice.version,
+        "recipients": message.recipients(),
+        "subject": rendered.subject,
+        "message_id": message_id,
+        "content_digest": rendered.digest,
+    }
+
+
+def invoice_delivery_record(*, preview: Preview, invoice: Invoice, sent: dict[str, Any]) -> Delivery:
+    """Write down what the mail server accepted for this preview (under the executor's locks)."""
     return Delivery.objects.create(
         preview=preview,
         invoice=invoice,
-        invoice_version=invoice.version,
-        recipients=message.recipients(),
-        subject=rendered.subject,
-        message_id=message_id,
-        content_digest=rendered.digest,
+        invoice_version=sent["invoice_version"],
+        recipients=sent["recipients"],
+        subject=sent["subject"],
+        message_id=sent["message_id"],
+        content_digest=sent["content_digest"],
     )

@@ -10,11 +10,12 @@ from approvals.errors import PolicyRefusal
 from approvals.models import ApprovalRole, Preview
 from approvals.money import format_minor
 from approvals.registry import Action, DisplayRow, FactTable, Proposal, RuleResult
+from approvals.selectors import amount_in_flight
 
 from .models import Order, Refund
 from .policy import order_unavailable, refund_policy_check, refund_policy_checks
 from .serializers import RefundOrderArguments
-from .services import refund_commit
+from .services import refund_pay, refund_record
 
 REASON_WORDS = {"damaged": "Arrived damaged", "late": "Delivered late", "unwanted": "No longer wanted"}
 RULE_WORDS = {
@@ -49,7 +50,12 @@ class RefundOrderAction(Action):
         order = Order.objects.filter(number=arguments["order_id"], customer=actor).first()
         if order is None:
             raise order_unavailable(arguments["order_id"])
-        refund_policy_check(order=order, amount_minor=arguments["amount_minor"], reason=arguments["reason"])
+        refund_policy_check(
+            order=order,
+            amount_minor=arguments["amount_minor"],
+            reason=arguments["reason"],
+            in_flight_minor=amount_in_flight(subject_type="order", subject_id=order.number),
+        )
         required = [ApprovalRole.CUSTOMER.value]
         if staff_review_required(arguments["amount_minor"], order.currency):
             required.append(ApprovalRole.STAFF.value)
@@ -80,10 +86,18 @@ class RefundOrderAction(Action):
                 f"Order {order.number} is in {order.currency}, the preview in {preview.currency}.",
                 code="currency_mismatch",
             )
-        refund_policy_check(order=order, amount_minor=preview.amount_minor, reason=preview.payload["reason"])
+        refund_policy_check(
+            order=order,
+            amount_minor=preview.amount_minor,
+            reason=preview.payload["reason"],
+            in_flight_minor=amount_in_flight(subject_type="order", subject_id=order.number, exclude=preview.pk),
+        )
 
-    def execute(self, *, preview: Preview, subject: Any) -> dict[str, Any]:
-        return refund_commit(preview=preview, order=subject)
+    def perform(self, *, preview: Preview) -> dict[str, Any]:
+        return refund_pay(preview=preview)
+
+    def record(self, *, preview: Preview, subject: Any, effect: dict[str, Any]) -> dict[str, Any]:
+        return refund_record(preview=preview, order=subject, refund_id=effect["refund_id"])
 
     def headline(self, preview: Preview) -> str:
         return f"Refund {format_minor(preview.amount_minor, preview.currency)} on order {preview.subject_id}"

@@ -34,10 +34,13 @@ def order_unavailable(order_id: str) -> PolicyRefusal:
 
 
 def refund_policy_checks(
-    *, order: Order, amount_minor: int, reason: str
+    *, order: Order, amount_minor: int, reason: str, in_flight_minor: int = 0
 ) -> list[tuple[RuleCheck, PolicyRefusal | None]]:
-    """Rules 2-5 against an order the actor owns, each with the refusal it would give."""
-    remaining = order.remaining_minor
+    """Rules 2-5 against an order the actor owns, each with the refusal it would give.
+
+    `in_flight_minor` is what refunds being paid right now will take from the order.
+    """
+    remaining = order.remaining_minor - in_flight_minor
     days = order.delivery_days
     checks: list[tuple[RuleCheck, PolicyRefusal | None]] = []
 
@@ -62,7 +65,8 @@ def refund_policy_checks(
     checks.append((
         RuleCheck("amount_within_remaining", within,
                   f"Amount {amount_minor} against {remaining} remaining ({order.total_minor} total, "
-                  f"{order.refunded_minor} refunded)."),
+                  f"{order.refunded_minor} refunded"
+                  + (f", {in_flight_minor} being refunded now" if in_flight_minor else "") + ")."),
         None if within else PolicyRefusal(
             f"Refund of {amount_minor} exceeds the {remaining} remaining on {order.number}",
             code="amount_exceeds_remaining", remaining_minor=remaining,
@@ -83,8 +87,11 @@ def refund_policy_checks(
     return checks
 
 
-def refund_policy_check(*, order: Order, amount_minor: int, reason: str) -> None:
+def refund_policy_check(*, order: Order, amount_minor: int, reason: str, in_flight_minor: int = 0) -> None:
     """Raise the first rule's refusal; return when the refund is allowed."""
-    for _check, refusal in refund_policy_checks(order=order, amount_minor=amount_minor, reason=reason):
+    checks = refund_policy_checks(
+        order=order, amount_minor=amount_minor, reason=reason, in_flight_minor=in_flight_minor
+    )
+    for _check, refusal in checks:
         if refusal is not None:
             raise refusal

@@ -34,27 +34,34 @@ def order_upsert(data: dict[str, Any]) -> str:
     return "updated"
 
 
-def refund_commit(*, preview: Preview, order: Order) -> dict[str, Any]:
-    """Pay the refund through the gateway and record it. Runs under the engine's locks."""
+def refund_pay(*, preview: Preview) -> dict[str, Any]:
+    """Ask the gateway for the refund, keyed by the preview: asking again returns the same refund."""
+    order = Order.objects.get(number=preview.subject_id)
     gateway_refund = payment_gateway().refund(
         payment_ref=order.payment_ref or order.number,
         amount_minor=preview.amount_minor,
         currency=preview.currency,
         idempotency_key=f"refund:{preview.pk}",
     )
+    return {"refund_id": gateway_refund.id, "amount_minor": gateway_refund.amount_minor,
+            "currency": gateway_refund.currency}
+
+
+def refund_record(*, preview: Preview, order: Order, refund_id: str) -> dict[str, Any]:
+    """Write the paid refund to the ledger and the order. Runs under the engine's locks."""
     Refund.objects.create(
         order=order,
         preview=preview,
         amount_minor=preview.amount_minor,
         currency=preview.currency,
         reason=preview.payload["reason"],
-        gateway_refund_id=gateway_refund.id,
+        gateway_refund_id=refund_id,
     )
     order.refunded_minor += preview.amount_minor
     order.version += 1
     order.save(update_fields=["refunded_minor", "version", "updated_at"])
     return {
-        "refund_id": gateway_refund.id,
+        "refund_id": refund_id,
         "order_id": order.number,
         "amount_minor": preview.amount_minor,
         "currency": preview.currency,

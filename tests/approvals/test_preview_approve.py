@@ -79,14 +79,18 @@ def test_actor_confirms_approval_is_bound_and_the_refund_executes_once(
     assert preview.status == PreviewStatus.EXECUTED
     refund = Refund.objects.get()
     assert (refund.preview_id, refund.order_id, refund.amount_minor, refund.currency, refund.reason) == (
-        preview.pk, o12.pk, 500, "EUR", "damaged",
+        preview.pk,
+        o12.pk,
+        500,
+        "EUR",
+        "damaged",
     )
     gateway = LocalGatewayRefund.objects.get()
     assert gateway.idempotency_key == f"refund:{preview.pk}"
     assert refund.gateway_refund_id == gateway.refund_id == preview.result["refund_id"]
     o12.refresh_from_db()
     assert (o12.refunded_minor, o12.version) == (500, 2)
-    assert events(preview) == ["proposed", "confirmed", "executed"]
+    assert events(preview) == ["proposed", "confirmed", "execution_started", "executed"]
 
 
 # Refusals ------------------------------------------------------------------------------------
@@ -257,7 +261,14 @@ def test_a_second_confirmation_is_refused_as_already_decided(
     assert LocalGatewayRefund.objects.count() == 1
     o12.refresh_from_db()
     assert (o12.refunded_minor, o12.version) == (500, 2)
-    assert events(preview) == ["proposed", "confirmed", "decision_refused", "executed", "decision_refused"]
+    assert events(preview) == [
+        "proposed",
+        "confirmed",
+        "decision_refused",
+        "execution_started",
+        "executed",
+        "decision_refused",
+    ]
 
 
 # Staff review above the threshold ------------------------------------------------------------
@@ -333,7 +344,14 @@ def test_above_threshold_needs_staff_after_the_customer_and_then_executes(
     big_order.refresh_from_db()
     assert (big_order.refunded_minor, big_order.version) == (20000, 2)
     assert events(preview) == [
-        "proposed", "decision_refused", "confirmed", "decision_refused", "decision_refused", "approved", "executed",
+        "proposed",
+        "decision_refused",
+        "confirmed",
+        "decision_refused",
+        "decision_refused",
+        "approved",
+        "execution_started",
+        "executed",
     ]
     approved = AuditRecord.objects.get(preview=preview, event="approved")
     assert approved.actor == staff

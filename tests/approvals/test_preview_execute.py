@@ -78,10 +78,13 @@ def test_running_the_task_twice_refunds_once_with_the_preview_key(
     assert preview.status == PreviewStatus.EXECUTED
     assert preview.executed_at is not None
     assert preview.result == {
-        "refund_id": gateway.refund_id, "order_id": "o-12", "amount_minor": 500, "currency": "EUR",
+        "refund_id": gateway.refund_id,
+        "order_id": "o-12",
+        "amount_minor": 500,
+        "currency": "EUR",
         "order_refunded_minor": 500,
     }
-    assert events(preview) == ["proposed", "confirmed", "executed"]
+    assert events(preview) == ["proposed", "confirmed", "execution_started", "executed"]
 
 
 def test_a_gateway_refund_made_before_a_crash_is_reused_not_repeated(
@@ -91,8 +94,11 @@ def test_a_gateway_refund_made_before_a_crash_is_reused_not_repeated(
     preview = make_preview(alice_agent)
     approve_held(preview, alice, django_capture_on_commit_callbacks)
     LocalGatewayRefund.objects.create(
-        idempotency_key=f"refund:{preview.pk}", refund_id="lr_before_crash",
-        payment_ref="pi_o-12", amount_minor=500, currency="EUR",
+        idempotency_key=f"refund:{preview.pk}",
+        refund_id="lr_before_crash",
+        payment_ref="pi_o-12",
+        amount_minor=500,
+        currency="EUR",
     )
 
     preview_execute(preview_id=preview.pk)
@@ -112,8 +118,11 @@ def test_a_key_reused_for_a_different_refund_fails_the_preview(
     preview = make_preview(alice_agent)
     approve_held(preview, alice, django_capture_on_commit_callbacks)
     LocalGatewayRefund.objects.create(
-        idempotency_key=f"refund:{preview.pk}", refund_id="lr_other",
-        payment_ref="pi_o-12", amount_minor=999, currency="EUR",
+        idempotency_key=f"refund:{preview.pk}",
+        refund_id="lr_other",
+        payment_ref="pi_o-12",
+        amount_minor=999,
+        currency="EUR",
     )
 
     execute_preview.apply(args=[str(preview.pk)])
@@ -194,8 +203,11 @@ def test_an_order_changed_after_approval_supersedes_at_execution(
 @pytest.mark.parametrize(
     ("change", "code", "reason"),
     [
-        ({"status": OrderStatus.CANCELLED}, "order_not_refundable",
-         "Order o-12 is cancelled; only delivered orders can be refunded."),
+        (
+            {"status": OrderStatus.CANCELLED},
+            "order_not_refundable",
+            "Order o-12 is cancelled; only delivered orders can be refunded.",
+        ),
         ({"refunded_minor": 800}, "amount_exceeds_remaining", "Refund of 500 exceeds the 200 remaining on o-12"),
     ],
     ids=["cancelled", "above-remaining"],
@@ -338,9 +350,7 @@ def test_the_task_run_concurrently_refunds_once(transactional_db, alice, o12, al
 
 @pytest.mark.postgres
 @pytest.mark.parametrize("attempt", range(3))
-def test_two_approved_previews_exceeding_the_total_executed_at_once(
-    transactional_db, alice, o12, alice_agent, attempt
-):
+def test_two_approved_previews_exceeding_the_total_executed_at_once(transactional_db, alice, o12, alice_agent, attempt):
     first = make_preview(alice_agent, amount_minor=600)
     second = make_preview(alice_agent, amount_minor=500)
     approve_without_enqueueing(first, alice)
@@ -370,9 +380,7 @@ def test_two_approved_previews_exceeding_the_total_executed_at_once(
 
 @pytest.mark.postgres
 @pytest.mark.parametrize("attempt", range(3))
-def test_a_confirmation_racing_a_sibling_execution_moves_money_once(
-    transactional_db, alice, o12, alice_agent, attempt
-):
+def test_a_confirmation_racing_a_sibling_execution_moves_money_once(transactional_db, alice, o12, alice_agent, attempt):
     """Confirming one preview while another on the same order executes: neither deadlocks nor double-pays."""
     executing = make_preview(alice_agent, amount_minor=600)
     confirming = make_preview(alice_agent, amount_minor=500)

@@ -37,8 +37,11 @@ CONSOLE_URLS = [
 
 @pytest.fixture
 def targets(awaiting_staff, failed_transient_other):
-    return {"id": awaiting_staff.pk, "failed_id": failed_transient_other.pk,
-            "session_id": awaiting_staff.agent_session_id}
+    return {
+        "id": awaiting_staff.pk,
+        "failed_id": failed_transient_other.pk,
+        "session_id": awaiting_staff.agent_session_id,
+    }
 
 
 @pytest.fixture

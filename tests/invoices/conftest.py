@@ -72,8 +72,9 @@ def sam(db):
 
 @pytest.fixture
 def inv17(alice):
-    invoice = Invoice.objects.create(number="INV-17", customer=alice, currency="EUR", status=InvoiceStatus.ISSUED,
-                                     total_minor=12000)
+    invoice = Invoice.objects.create(
+        number="INV-17", customer=alice, currency="EUR", status=InvoiceStatus.ISSUED, total_minor=12000
+    )
     InvoiceLine.objects.create(invoice=invoice, position=1, description="Consulting", quantity=1, unit_minor=12000)
     InvoiceContact.objects.create(invoice=invoice, email="billing@example.test")
     return invoice

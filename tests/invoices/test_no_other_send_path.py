@@ -16,8 +16,17 @@ from tests.conftest import agent_client_for
 from tests.invoices.test_send_invoice import send
 
 ROOT = Path(__file__).resolve().parents[2]
-MAIL_CALLS = {"send_mail", "send_mass_mail", "EmailMessage", "EmailMultiAlternatives", "mail_admins",
-              "mail_managers", "get_connection", "sendmail", "send_message"}
+MAIL_CALLS = {
+    "send_mail",
+    "send_mass_mail",
+    "EmailMessage",
+    "EmailMultiAlternatives",
+    "mail_admins",
+    "mail_managers",
+    "get_connection",
+    "sendmail",
+    "send_message",
+}
 
 
 def test_no_application_module_but_invoices_mail_sends_email():
@@ -70,8 +79,9 @@ def test_the_executor_run_concurrently_sends_one_message(transactional_db, smtp_
     alice = UserFactory(username="alice")
     sam = StaffFactory(username="sam")
     sam.groups.add(Group.objects.get(name="Invoice approvers"))
-    invoice = Invoice.objects.create(number="INV-17", customer=alice, currency="EUR", status="issued",
-                                     total_minor=12000)
+    invoice = Invoice.objects.create(
+        number="INV-17", customer=alice, currency="EUR", status="issued", total_minor=12000
+    )
     InvoiceLine.objects.create(invoice=invoice, position=1, description="Consulting", quantity=1, unit_minor=12000)
     from django.test.utils import override_settings
 

@@ -172,8 +172,10 @@ def test_only_issued_invoices_can_be_sent(alice_invoice_agent, inv17):
 def test_strict_arguments(alice_invoice_agent, inv17):
     response = alice_invoice_agent.post(
         "/api/agent/tool-calls",
-        {"name": "send_invoice", "arguments": {"invoice_id": "INV-17", "recipient": "billing@example.test",
-                                               "cc": "evil@example.test"}},
+        {
+            "name": "send_invoice",
+            "arguments": {"invoice_id": "INV-17", "recipient": "billing@example.test", "cc": "evil@example.test"},
+        },
         format="json",
     )
     assert response.status_code == 400
@@ -224,7 +226,11 @@ def test_customers_can_send_only_their_own_invoices_and_billing_staff_any(inv17,
 
 
 def test_a_refund_tool_session_cannot_send_invoices(alice, inv17):
-    response = propose(agent_client_for(alice, tools=("refund_order",)), name="send_invoice",
-                       invoice_id="INV-17", recipient="billing@example.test")
+    response = propose(
+        agent_client_for(alice, tools=("refund_order",)),
+        name="send_invoice",
+        invoice_id="INV-17",
+        recipient="billing@example.test",
+    )
     assert response.status_code == 403
     assert response.json()["error"]["code"] == "tool_not_allowed"

@@ -125,7 +125,7 @@ def test_a_confirmed_refund_is_paid_through_stripe_with_the_preview_key(
         "metadata[idempotency_key]": f"refund:{preview.pk}",
         "metadata[preview_id]": str(preview.pk),
     }
-    assert events(preview) == ["proposed", "confirmed", "executed"]
+    assert events(preview) == ["proposed", "confirmed", "execution_started", "executed"]
     assert audit(preview, "executed")[0]["refund_id"] == refund["id"]
 
 
@@ -147,7 +147,7 @@ def test_a_time_out_after_stripe_recorded_the_refund_is_retried_and_gets_the_sam
     assert (first.replayed, retry.replayed) == (False, True)
     assert first.body == retry.body == refund  # the replay is the first answer, which the client never saw
     assert Refund.objects.count() == 1
-    assert events(preview) == ["proposed", "confirmed", "execution_attempt_failed", "executed"]
+    assert events(preview) == ["proposed", "confirmed", "execution_started", "execution_attempt_failed", "executed"]
     [attempt] = audit(preview, "execution_attempt_failed")
     assert (attempt["attempt"], attempt["will_retry"]) == (1, True)
     assert "Read timed out" in attempt["error"]
@@ -164,7 +164,12 @@ def test_server_errors_then_success_are_retried_and_pay_once(
     assert_one_refund_paid(fake_stripe, preview, o12)
     assert [r.status for r in fake_stripe.refund_requests()] == [500, 500, 200]
     assert events(preview) == [
-        "proposed", "confirmed", "execution_attempt_failed", "execution_attempt_failed", "executed",
+        "proposed",
+        "confirmed",
+        "execution_started",
+        "execution_attempt_failed",
+        "execution_attempt_failed",
+        "executed",
     ]
     attempts = audit(preview, "execution_attempt_failed")
     assert [(a["attempt"], a["will_retry"]) for a in attempts] == [(1, True), (2, True)]
@@ -185,7 +190,7 @@ def test_a_busy_provider_409_key_in_use_or_429_is_retried_and_pays_once(
 
     assert_one_refund_paid(fake_stripe, preview, o12)
     assert [r.status for r in fake_stripe.refund_requests()] == [409 if fault == "conflict" else 429, 200]
-    assert events(preview) == ["proposed", "confirmed", "execution_attempt_failed", "executed"]
+    assert events(preview) == ["proposed", "confirmed", "execution_started", "execution_attempt_failed", "executed"]
 
 
 def test_a_provider_that_keeps_failing_leaves_the_preview_failed_with_retries_exhausted(
@@ -203,9 +208,9 @@ def test_a_provider_that_keeps_failing_leaves_the_preview_failed_with_retries_ex
     assert preview.failure_code == "retries_exhausted"
     assert preview.failure_reason.startswith(f"Gave up after {attempts} attempts: Stripe is unavailable for now (503")
     assert preview_is_retryable(preview)
-    assert events(preview) == ["proposed", "confirmed"] + ["execution_attempt_failed"] * attempts + [
-        "execution_failed"
-    ]
+    assert events(preview) == ["proposed", "confirmed", "execution_started"] + [
+        "execution_attempt_failed"
+    ] * attempts + ["execution_failed"]
     will_retry = [a["will_retry"] for a in audit(preview, "execution_attempt_failed")]
     assert will_retry == [True] * MAX_EXECUTION_RETRIES + [False]
     assert audit(preview, "execution_failed")[0]["code"] == "retries_exhausted"
@@ -278,7 +283,7 @@ def test_running_the_task_twice_pays_once(
 
     assert_one_refund_paid(fake_stripe, preview, o12)
     assert len(fake_stripe.refund_requests()) == 1  # the executed preview is not sent again
-    assert events(preview) == ["proposed", "confirmed", "executed"]
+    assert events(preview) == ["proposed", "confirmed", "execution_started", "executed"]
 
 
 # Refusals: failed at once with the provider's reason, never retried ----------------------------
@@ -306,7 +311,7 @@ def test_a_refusal_fails_the_preview_at_once_with_the_providers_reason(
     assert preview.failure_reason == f"Stripe refused the refund: {request.body['error']['message']}"
     assert message_part in preview.failure_reason
     assert not preview_is_retryable(preview)
-    assert events(preview) == ["proposed", "confirmed", "execution_failed"]
+    assert events(preview) == ["proposed", "confirmed", "execution_started", "execution_failed"]
     [failed] = audit(preview, "execution_failed")
     assert (failed["code"], failed["provider_code"], failed["provider_status"]) == (code, code, 400)
 
@@ -323,7 +328,7 @@ def test_a_payment_already_refunded_at_the_provider_is_refused_with_charge_alrea
     assert Refund.objects.count() == 0
     assert (preview.status, preview.failure_code) == (PreviewStatus.FAILED, "charge_already_refunded")
     assert "has already been refunded" in preview.failure_reason
-    assert events(preview) == ["proposed", "confirmed", "execution_failed"]
+    assert events(preview) == ["proposed", "confirmed", "execution_started", "execution_failed"]
 
 
 def test_an_over_refund_is_classified_by_param_not_code_and_fails_the_preview(
@@ -335,11 +340,13 @@ def test_an_over_refund_is_classified_by_param_not_code_and_fails_the_preview(
 
     [request] = fake_stripe.refund_requests()
     assert request.status == 400
-    assert request.body == {"error": {
-        "type": "invalid_request_error",
-        "param": "amount",
-        "message": "Refund amount ($5.00) is greater than unrefunded amount on charge ($2.00)",
-    }}  # no `code`, as Stripe sends it
+    assert request.body == {
+        "error": {
+            "type": "invalid_request_error",
+            "param": "amount",
+            "message": "Refund amount ($5.00) is greater than unrefunded amount on charge ($2.00)",
+        }
+    }  # no `code`, as Stripe sends it
     assert fake_stripe.refunds_created == 0
     assert fake_stripe.payment_intents[PI].refunded == 800
     assert Refund.objects.count() == 0
@@ -350,7 +357,7 @@ def test_an_over_refund_is_classified_by_param_not_code_and_fails_the_preview(
     assert preview.failure_reason == (
         "Stripe refused the refund: Refund amount ($5.00) is greater than unrefunded amount on charge ($2.00)"
     )
-    assert events(preview) == ["proposed", "confirmed", "execution_failed"]
+    assert events(preview) == ["proposed", "confirmed", "execution_started", "execution_failed"]
     [failed] = audit(preview, "execution_failed")
     assert (failed["provider_param"], failed["provider_code"]) == ("amount", "")
 
@@ -386,7 +393,7 @@ def test_a_missing_api_key_fails_the_preview_for_staff_to_retry_instead_of_crash
     assert_nothing_paid(fake_stripe, o12)
     assert (preview.status, preview.failure_code) == (PreviewStatus.FAILED, "gateway_unavailable")
     assert "needs STRIPE_API_KEY" in preview.failure_reason
-    assert events(preview) == ["proposed", "confirmed", "execution_failed"]
+    assert events(preview) == ["proposed", "confirmed", "execution_started", "execution_failed"]
     assert preview_is_retryable(preview)
 
 
@@ -470,4 +477,3 @@ def test_rejected_credentials_are_gateway_unavailable(fake_stripe, intent):
     with pytest.raises(GatewayUnavailable):
         bad.refund(payment_ref=PI, amount_minor=300, currency="EUR", idempotency_key="k")
     assert fake_stripe.refunds_created == 0
-
