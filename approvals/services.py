@@ -227,6 +227,13 @@ def _preview_digest(preview: Preview) -> str:
     )
 
 
+def _preview_ttl_seconds(required_approvals: list[str]) -> int:
+    """A staff queue is worked in hours, not minutes: previews that need staff wait longer."""
+    if ApprovalRole.STAFF in required_approvals:
+        return max(settings.PREVIEW_TTL_SECONDS, settings.STAFF_REVIEW_TTL_SECONDS)
+    return settings.PREVIEW_TTL_SECONDS
+
+
 def _open_preview_for(proposal_key: str) -> Preview | None:
     preview = Preview.objects.filter(proposal_key=proposal_key, status__in=OPEN_STATUSES).first()
     if preview is not None and preview_expire_if_due(preview):
@@ -283,7 +290,7 @@ def proposal_submit(
             proposal_key=proposal_key,
             required_approvals=proposal.required_approvals,
             status=_status_awaiting(proposal.required_approvals, approved_roles=set()),
-            expires_at=timezone.now() + timedelta(seconds=settings.PREVIEW_TTL_SECONDS),
+            expires_at=timezone.now() + timedelta(seconds=_preview_ttl_seconds(proposal.required_approvals)),
         )
         preview.digest = _preview_digest(preview)
         try:

@@ -131,6 +131,8 @@ DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="billing@shop.example
 
 # The gateway's own settings.
 PREVIEW_TTL_SECONDS = env.int("PREVIEW_TTL_SECONDS", default=15 * 60)
+# Previews that need a staff approval (large refunds, invoice sends) wait this long for it.
+STAFF_REVIEW_TTL_SECONDS = env.int("STAFF_REVIEW_TTL_SECONDS", default=24 * 3600)
 # Refunds above these amounts (minor units, per currency) also need a staff approval.
 STAFF_REVIEW_THRESHOLDS = {
     code.strip().upper(): int(amount)
