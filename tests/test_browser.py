@@ -6,25 +6,19 @@ Playwright drives Debian's Chromium (/usr/bin/chromium); it never downloads a br
 import json
 import re
 import urllib.request
-from pathlib import Path
 
 import pytest
 
 from approvals.services import agent_session_create
 from refunds.models import LocalGatewayRefund, Refund
+from tests.browser import ARTIFACTS, launch, requires_chromium
 from tests.factories import OrderFactory, UserFactory
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-    "--disable-sync", "--no-first-run",
-]
 PASSWORD = "correct horse battery staple"
-ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"needs Debian's Chromium at {CHROMIUM}"),
+    requires_chromium,
 ]
 
 
@@ -62,7 +56,7 @@ def test_alice_confirms_a_proposed_refund_in_the_browser(live_server, monkeypatc
 
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = launch(playwright)
         try:
             page = browser.new_page(viewport={"width": 1024, "height": 768})
             page.goto(confirm_url)

@@ -6,30 +6,20 @@ Playwright drives Debian's Chromium (/usr/bin/chromium); it never downloads a br
 
 import os
 import re
-from pathlib import Path
 
 import pytest
 
 from refunds.models import LocalGatewayRefund, Refund
+from tests.browser import ARTIFACTS, launch, requires_chromium
 from tests.factories import OrderFactory
 
 from .conftest import confirmed, make_reviewer, proposed
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 PASSWORD = "reviewer-pass-for-tests"
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"needs Debian's Chromium at {CHROMIUM}"),
+    requires_chromium,
 ]
 
 
@@ -47,7 +37,7 @@ def test_a_reviewer_approves_a_refund_in_the_console(live_server, alice, setting
 
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = launch(playwright)
         try:
             page = browser.new_page(viewport={"width": 1200, "height": 900})
             page.goto(f"{live_server.url}/console/")

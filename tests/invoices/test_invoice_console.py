@@ -3,18 +3,15 @@
 import json
 import os
 import re
-from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import Group
 
 from approvals.models import Preview, PreviewStatus
 from invoices.models import Delivery, Invoice
+from tests.browser import ARTIFACTS, launch, requires_chromium
 from tests.conftest import agent_client_for
 from tests.factories import StaffFactory
-
-CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
 
 def _invoice_approver(username="ivy"):
@@ -91,7 +88,7 @@ def test_an_invoice_approver_approves_in_the_console_and_it_is_sent_once(
 
 
 @pytest.mark.browser
-@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's Chromium")
+@requires_chromium
 def test_browser_a_reviewer_approves_an_invoice_send_and_sees_it_delivered(
     live_server, alice, inv17, smtp_server, settings, monkeypatch
 ):
@@ -105,17 +102,7 @@ def test_browser_a_reviewer_approves_an_invoice_send_and_sees_it_delivered(
     preview = _proposed_send(alice)
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-            ],
-        )
+        browser = launch(playwright)
         try:
             page = browser.new_page(viewport={"width": 1200, "height": 900})
             page.goto(f"{live_server.url}/console/")
