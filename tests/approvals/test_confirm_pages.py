@@ -250,7 +250,7 @@ def test_a_failed_execution_shows_the_reason(alice_client, o12, alice_agent, dja
 
     box = status_box(response)
     assert box.startswith("Failed.")
-    assert "Nothing was refunded" in box
+    assert "Nothing was done" in box
     assert "Order o-12 is cancelled; only delivered orders can be refunded." in box
     assert "Completed" not in html(response)
     assert Refund.objects.count() == 0
