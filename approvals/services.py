@@ -1,7 +1,8 @@
 """Write services of the approvals engine: agent sessions, proposals, approvals, execution, audit.
 
-Each service owns its transaction. Rows are locked in one order everywhere, the preview
-first and then its subject, so that a confirmation and a worker cannot deadlock.
+Each service owns its transaction. Rows are locked in one order everywhere: the preview, then
+its subject (order or invoice), then the audit chain's head (taken by every audit insert, last),
+so that confirmations, decisions and workers cannot deadlock.
 """
 
 from __future__ import annotations
