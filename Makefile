@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test install lint browser-deps clean
+.PHONY: run test install lint browser-deps clean bench bench-quick bench-deps
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,3 +47,20 @@ test: $(STAMP) browser-deps
 
 clean:
 	rm -rf $(VENV) db.sqlite3 .demo-seed.log staticfiles
+
+# `make bench` (about 6 minutes) and `make bench-quick` (under 2): the gateway's speed against floors
+# measured in the same run (docs/benchmarks.md). PostgreSQL and Redis come from DATABASE_URL and
+# REDIS_URL (the local ones by default); the run creates a database of its own and drops it after.
+# It starts gunicorn (config/gunicorn.conf.py) and two Celery workers, drives them with wrk and
+# pgbench, prints a Markdown table and writes a JSON result to bench/results/.
+bench-deps:
+	@command -v wrk >/dev/null 2>&1 && command -v pgbench >/dev/null 2>&1 || { \
+	  echo "Installing Debian's wrk and pgbench (in the postgresql package) for the benchmark"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq wrk postgresql >/dev/null; }
+
+bench: $(STAMP) bench-deps
+	$(PY) -m bench.run
+
+bench-quick: $(STAMP) bench-deps
+	$(PY) -m bench.run --quick

@@ -89,6 +89,8 @@ class Preview(models.Model):
             models.Index(fields=["status", "created_at"]),
             models.Index(fields=["subject_type", "subject_id"]),
             models.Index(fields=["actor", "created_at"]),
+            # The console's counts per state (of the action kinds a reviewer decides), index-only.
+            models.Index(fields=["action", "status"], name="preview_action_status_idx"),
         ]
         constraints = [
             # The same pending proposal is answered with the existing preview, even under a race.

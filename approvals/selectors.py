@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from django.db.models import Q, QuerySet, Sum
+from django.db.models import Q, QuerySet
 
 from .models import Preview, PreviewStatus
 from .services import RETRYABLE_FAILURE_CODES
@@ -22,7 +22,16 @@ def previews_in_flight(*, subject_type: str, subject_id: str, exclude: Any = Non
 
 
 def amount_in_flight(*, subject_type: str, subject_id: str, exclude: Any = None) -> int:
-    total = previews_in_flight(subject_type=subject_type, subject_id=subject_id, exclude=exclude).aggregate(
-        total=Sum("amount_minor")
-    )["total"]
-    return total or 0
+    """The sum of previews_in_flight's amounts. Asked on every proposal: one plain indexed query over the
+    subject's started previews, the rest of the condition in Python (cheaper to build than the OR)."""
+    started = Preview.objects.filter(
+        subject_type=subject_type,
+        subject_id=subject_id,
+        execution_started_at__isnull=False,
+        status__in=(PreviewStatus.APPROVED, PreviewStatus.FAILED),
+    ).values_list("pk", "status", "failure_code", "amount_minor")
+    return sum(
+        amount
+        for pk, status, failure_code, amount in started
+        if pk != exclude and (status == PreviewStatus.APPROVED or failure_code in RETRYABLE_FAILURE_CODES)
+    )

@@ -10,14 +10,16 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from .audit_chain import GENESIS, audit_record_fields, audit_record_hash
@@ -51,17 +53,90 @@ def _json_normalized(value: Any) -> Any:
     return None if value is None else json.loads(canonical_json(value))
 
 
-def _audit_chain_head() -> AuditChainHead:
-    """The locked chain head; every audit insert waits here, which keeps the chain one line."""
-    head = AuditChainHead.objects.select_for_update().filter(pk=1).first()
-    if head is None:
+def _audit_chain_advance(count: int) -> tuple[int, str]:
+    """Lock the chain head and move its sequence on by `count`; returns the sequence and the hash the
+    new records follow. Every audit append waits here, which keeps the chain one line.
+
+    One statement (UPDATE ... RETURNING) for the lock, the read and the write: the head is the one row
+    all audited work queues on, so each round trip taken while holding it is paid by everyone.
+    """
+    table, sequence = connection.ops.quote_name(AuditChainHead._meta.db_table), connection.ops.quote_name("sequence")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET {sequence} = {sequence} + %s WHERE id = 1 RETURNING {sequence} - %s, record_hash",
+            [count, count],
+        )
+        row = cursor.fetchone()
+    if row is None:
         try:
             with transaction.atomic():
                 AuditChainHead.objects.create(pk=1)
         except IntegrityError:
             pass  # created concurrently
-        head = AuditChainHead.objects.select_for_update().get(pk=1)
-    return head
+        return _audit_chain_advance(count)
+    return row[0], row[1] or GENESIS
+
+
+class _AuditBuffer(threading.local):
+    """Audit records made inside `audit_at_commit`, per thread (Django's connections are per thread)."""
+
+    records: list[AuditRecord] | None = None
+    savepoints = 0
+
+
+_audit_buffer = _AuditBuffer()
+
+
+def _open_savepoints() -> int:
+    return sum(1 for sid in connection.savepoint_ids if sid)
+
+
+@contextmanager
+def audit_at_commit() -> Iterator[None]:
+    """Append the block's audit records to the chain as its last writes, just before the COMMIT.
+
+    Every audit insert locks the chain head until its transaction commits, so all audited work is
+    serialised for as long as a transaction runs after its first audit record. Inside this block,
+    audit_record keeps the records and they are appended together when the block ends: the head is
+    held only for that append and the COMMIT. Use it as the outermost part of a service's transaction,
+    `with transaction.atomic(), audit_at_commit():`; nested blocks join the outermost one. A record
+    made inside a savepoint opened within the block is written at once instead, since a rollback to
+    that savepoint must take the record with it.
+    """
+    if _audit_buffer.records is not None:
+        yield
+        return
+    _audit_buffer.records, _audit_buffer.savepoints = [], _open_savepoints()
+    try:
+        yield
+        records = _audit_buffer.records
+    finally:
+        _audit_buffer.records = None
+    if records:
+        _audit_append(records)
+
+
+def _audit_append(records: list[AuditRecord]) -> None:
+    """Link the records to the chain, in order, and insert them: lock the head, insert, move the head."""
+    with transaction.atomic(savepoint=False):
+        sequence, previous_hash = _audit_chain_advance(len(records))
+        for record in records:
+            sequence += 1
+            # Stamped under the head's lock, so that times never go backwards along the chain.
+            record.sequence, record.previous_hash, record.created_at = sequence, previous_hash, timezone.now()
+            record.record_hash = audit_record_hash(
+                sequence=sequence, previous_hash=previous_hash, fields=audit_record_fields(record)
+            )
+            previous_hash = record.record_hash
+        if len(records) == 1:
+            records[0].save(force_insert=True)
+        else:
+            AuditRecord.objects.bulk_create(records)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {connection.ops.quote_name(AuditChainHead._meta.db_table)} SET record_hash = %s WHERE id = 1",
+                [previous_hash],
+            )
 
 
 def audit_record(
@@ -77,35 +152,36 @@ def audit_record(
     approval_basis: dict[str, Any] | None = None,
     result: dict[str, Any] | None = None,
 ) -> AuditRecord:
-    """Append one record to the hash-chained audit log, in the caller's transaction."""
+    """Append one record to the hash-chained audit log, in the caller's transaction (at its end,
+    inside `audit_at_commit`)."""
     if preview is not None:
         action = action or preview.action
         subject_type = subject_type or preview.subject_type
         subject_id = subject_id or preview.subject_id
-    with transaction.atomic():
-        head = _audit_chain_head()
-        record = AuditRecord(
-            sequence=head.sequence + 1,
-            previous_hash=head.record_hash or GENESIS,
-            created_at=timezone.now(),
-            event=event,
-            preview=preview,
-            actor=actor,
-            agent_session=agent_session,
-            action=action,
-            subject_type=subject_type,
-            subject_id=subject_id,
-            raw_arguments=raw_arguments,
-            approval_basis=_json_normalized(approval_basis),
-            result=_json_normalized(result or {}),
-        )
-        record.record_hash = audit_record_hash(
-            sequence=record.sequence, previous_hash=record.previous_hash, fields=audit_record_fields(record)
-        )
-        record.save(force_insert=True)
-        head.sequence, head.record_hash = record.sequence, record.record_hash
-        head.save(update_fields=["sequence", "record_hash"])
+    record = AuditRecord(
+        event=event,
+        preview=preview,
+        actor=actor,
+        agent_session=agent_session,
+        action=action,
+        subject_type=subject_type,
+        subject_id=subject_id,
+        raw_arguments=raw_arguments,
+        approval_basis=_json_normalized(approval_basis),
+        result=_json_normalized(result or {}),
+    )
+    if _audit_buffer.records is not None and _open_savepoints() == _audit_buffer.savepoints:
+        _audit_buffer.records.append(record)
+    else:
+        _audit_append([record])
     return record
+
+
+@contextmanager
+def _audited_transaction(*, savepoint: bool = True) -> Iterator[None]:
+    """A service's transaction whose audit records are appended last (see audit_at_commit)."""
+    with transaction.atomic(savepoint=savepoint), audit_at_commit():
+        yield
 
 
 # Agent sessions ------------------------------------------------------------------------------
@@ -235,14 +311,26 @@ def _preview_ttl_seconds(required_approvals: list[str]) -> int:
     return settings.PREVIEW_TTL_SECONDS
 
 
-def _open_preview_for(proposal_key: str) -> Preview | None:
-    preview = Preview.objects.filter(proposal_key=proposal_key, status__in=OPEN_STATUSES).first()
-    if preview is not None and preview_expire_if_due(preview):
-        return None
-    return preview
+def _preview_insert_or_twin(preview: Preview) -> Preview | None:
+    """Insert the preview, or return the open preview of the same proposal that is already there.
+
+    The partial unique index on open previews decides, also under a race: nearly every proposal is
+    new, so no lookup is made first. A twin that expired is closed and the insert tried again.
+    """
+    for _attempt in range(3):
+        try:
+            with transaction.atomic():
+                preview.save(force_insert=True)
+            return None
+        except IntegrityError as error:
+            conflict = error
+        twin = Preview.objects.filter(proposal_key=preview.proposal_key, status__in=OPEN_STATUSES).first()
+        if twin is not None and not preview_expire_if_due(twin):
+            return twin
+    raise conflict
 
 
-@transaction.atomic
+@_audited_transaction(savepoint=False)  # within idempotent_call's transaction, no savepoint of its own
 def proposal_submit(
     *,
     agent_session: AgentSession,
@@ -276,41 +364,34 @@ def proposal_submit(
             "payload": proposal.payload,
         }
     )
-    existing = _open_preview_for(proposal_key)
+    preview = Preview(
+        action=action.name,
+        actor=actor,
+        agent_session=agent_session,
+        subject_type=proposal.subject_type,
+        subject_id=proposal.subject_id,
+        subject_version=proposal.subject_version,
+        payload=proposal.payload,
+        amount_minor=proposal.amount_minor,
+        currency=proposal.currency,
+        proposal_key=proposal_key,
+        required_approvals=proposal.required_approvals,
+        status=_status_awaiting(proposal.required_approvals, approved_roles=set()),
+        expires_at=timezone.now() + timedelta(seconds=_preview_ttl_seconds(proposal.required_approvals)),
+    )
+    preview.digest = _preview_digest(preview)
+    existing = _preview_insert_or_twin(preview)
     if existing is None:
-        preview = Preview(
-            action=action.name,
+        audit_record(
+            event=AuditEvent.PROPOSED,
+            preview=preview,
             actor=actor,
             agent_session=agent_session,
-            subject_type=proposal.subject_type,
-            subject_id=proposal.subject_id,
-            subject_version=proposal.subject_version,
-            payload=proposal.payload,
-            amount_minor=proposal.amount_minor,
-            currency=proposal.currency,
-            proposal_key=proposal_key,
-            required_approvals=proposal.required_approvals,
-            status=_status_awaiting(proposal.required_approvals, approved_roles=set()),
-            expires_at=timezone.now() + timedelta(seconds=_preview_ttl_seconds(proposal.required_approvals)),
+            raw_arguments=raw_arguments,
+            result={"status": preview.status, "digest": preview.digest},
         )
-        preview.digest = _preview_digest(preview)
-        try:
-            with transaction.atomic():
-                preview.save(force_insert=True)
-        except IntegrityError:
-            # A concurrent twin of this proposal won the race; answer with its preview.
-            existing = Preview.objects.get(proposal_key=proposal_key, status__in=OPEN_STATUSES)
-        else:
-            audit_record(
-                event=AuditEvent.PROPOSED,
-                preview=preview,
-                actor=actor,
-                agent_session=agent_session,
-                raw_arguments=raw_arguments,
-                result={"status": preview.status, "digest": preview.digest},
-            )
-            _apply_standing_grant(preview, action)
-            return ProposalOutcome(kind="created", preview=preview)
+        _apply_standing_grant(preview, action)
+        return ProposalOutcome(kind="created", preview=preview)
     audit_record(
         event=AuditEvent.PROPOSAL_REPEATED,
         preview=existing,
@@ -366,7 +447,7 @@ def idempotent_call(
     request with the same key waits on the unique index and then replays the answer.
     """
     try:
-        with transaction.atomic():
+        with _audited_transaction():
             record = IdempotencyRecord.objects.create(
                 agent_session=agent_session,
                 key=key,
@@ -485,7 +566,7 @@ def preview_approve(
     Raises Preview.DoesNotExist for a preview this person may not see, DecisionError otherwise.
     """
     error: DecisionError | None = None
-    with transaction.atomic():
+    with _audited_transaction():
         queryset = Preview.objects.select_for_update()
         if role == ApprovalRole.CUSTOMER:
             queryset = queryset.filter(actor=approver)
@@ -547,7 +628,7 @@ def preview_decline(
 ) -> Preview:
     """The customer declines, or staff reject, the preview they saw."""
     error: DecisionError | None = None
-    with transaction.atomic():
+    with _audited_transaction():
         queryset = Preview.objects.select_for_update()
         if role == ApprovalRole.CUSTOMER:
             queryset = queryset.filter(actor=person)
@@ -661,9 +742,10 @@ def preview_execute(*, preview_id: Any) -> Preview | None:
 
 def _execution_begin(preview_id: Any) -> tuple[Preview | None, Action | None]:
     """Step 1. Returns the action when the effect should be made (now or again), else None."""
-    with transaction.atomic():
-        preview = Preview.objects.select_for_update().filter(pk=preview_id).first()
-        if preview is None:
+    with _audited_transaction():
+        try:
+            preview = Preview.objects.select_for_update().get(pk=preview_id)
+        except Preview.DoesNotExist:
             logger.warning("execute_preview: no preview %s", preview_id)
             return None, None
         if preview.status != PreviewStatus.APPROVED:
@@ -703,7 +785,7 @@ def _execution_finish(preview_id: Any, action: Action, effect: dict[str, Any] | 
     Without an effect in hand (an action whose effect is not idempotent), make it here, under the
     preview's lock: a second run waits, then finds the preview executed.
     """
-    with transaction.atomic():
+    with _audited_transaction():
         preview = Preview.objects.select_for_update().get(pk=preview_id)
         if preview.status != PreviewStatus.APPROVED:
             if effect is not None and preview.status != PreviewStatus.EXECUTED:
@@ -760,7 +842,7 @@ def _supersede_siblings(preview: Preview, action: Action, subject: Any) -> None:
 
 def preview_fail(*, preview_id: Any, code: str, reason: str, facts: dict[str, Any] | None = None) -> Preview | None:
     """Mark an approved preview failed for good (a permanent refusal, or retries exhausted)."""
-    with transaction.atomic():
+    with _audited_transaction():
         preview = Preview.objects.select_for_update().filter(pk=preview_id).first()
         if preview is None or preview.status != PreviewStatus.APPROVED:
             return preview

@@ -64,6 +64,12 @@ TEMPLATES = [
 
 DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}")}
 DATABASES["default"]["ATOMIC_REQUESTS"] = False
+# Each web process (and worker) keeps its database connection across requests and tasks instead of
+# opening one per request: connecting cost more than a whole proposal's queries (docs/benchmarks.md).
+# A connection is checked before reuse and dropped after DATABASE_CONN_MAX_AGE seconds. A
+# `?conn_max_age=` in DATABASE_URL wins.
+DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DATABASE_CONN_MAX_AGE", default=60))
+DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", env.bool("DATABASE_CONN_HEALTH_CHECKS", default=True))
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -104,6 +110,9 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TIME_LIMIT = 300
+# Celery closes the database connection around every task unless told to reuse it; config/celery.py
+# drops it instead when it is past DATABASE_CONN_MAX_AGE or broken, as Django does around requests.
+CELERY_DB_REUSE_MAX = env.int("CELERY_DB_REUSE_MAX", default=1000)
 # Longer than any task run plus its longest retry delay, or a running task is delivered twice.
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=3600),

@@ -47,9 +47,10 @@ class RefundOrderAction(Action):
         return bool(user.is_active)
 
     def propose(self, *, actor: Any, arguments: dict[str, Any]) -> Proposal:
-        order = Order.objects.filter(number=arguments["order_id"], customer=actor).first()
-        if order is None:
-            raise order_unavailable(arguments["order_id"])
+        try:
+            order = Order.objects.get(number=arguments["order_id"], customer=actor)
+        except Order.DoesNotExist:
+            raise order_unavailable(arguments["order_id"]) from None
         refund_policy_check(
             order=order,
             amount_minor=arguments["amount_minor"],
@@ -75,7 +76,10 @@ class RefundOrderAction(Action):
         )
 
     def lock_subject(self, preview: Preview) -> Order | None:
-        return Order.objects.select_for_update().filter(number=preview.subject_id).first()
+        try:
+            return Order.objects.select_for_update().get(number=preview.subject_id)
+        except Order.DoesNotExist:
+            return None
 
     def revalidate(self, *, preview: Preview, subject: Any) -> None:
         order: Order = subject

@@ -53,19 +53,18 @@ class LocalGateway:
     def refund(
         self, *, payment_ref: str, amount_minor: int, currency: str, idempotency_key: str
     ) -> GatewayRefund:
-        existing = LocalGatewayRefund.objects.filter(idempotency_key=idempotency_key).first()
-        if existing is None:
-            try:
-                with transaction.atomic():
-                    existing = LocalGatewayRefund.objects.create(
-                        idempotency_key=idempotency_key,
-                        refund_id="lr_" + secrets.token_hex(12),
-                        payment_ref=payment_ref,
-                        amount_minor=amount_minor,
-                        currency=currency,
-                    )
-            except IntegrityError:
-                existing = LocalGatewayRefund.objects.get(idempotency_key=idempotency_key)
+        # Insert first: a key is nearly always new, and the unique key answers a repeat (or a race).
+        try:
+            with transaction.atomic():
+                existing = LocalGatewayRefund.objects.create(
+                    idempotency_key=idempotency_key,
+                    refund_id="lr_" + secrets.token_hex(12),
+                    payment_ref=payment_ref,
+                    amount_minor=amount_minor,
+                    currency=currency,
+                )
+        except IntegrityError:
+            existing = LocalGatewayRefund.objects.get(idempotency_key=idempotency_key)
         if (existing.payment_ref, existing.amount_minor, existing.currency) != (payment_ref, amount_minor, currency):
             raise GatewayDeclined(
                 f"The idempotency key {idempotency_key} was used for a different refund.",

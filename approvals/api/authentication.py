@@ -23,9 +23,10 @@ class AgentTokenAuthentication(authentication.BaseAuthentication):
         except UnicodeDecodeError as error:
             raise exceptions.AuthenticationFailed("Invalid token.") from error
         digest = agent_token_hash(token)
-        session = (
-            AgentSession.objects.select_related("user").filter(token_hash=digest).first()
-        )
+        try:
+            session = AgentSession.objects.select_related("user").get(token_hash=digest)
+        except AgentSession.DoesNotExist:
+            session = None
         # The lookup is by hash; the comparison below keeps the check constant-time as well.
         if session is None or not hmac.compare_digest(session.token_hash, digest):
             raise exceptions.AuthenticationFailed("Invalid token.")

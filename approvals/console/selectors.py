@@ -132,14 +132,17 @@ def review_queue(*, user: AbstractBaseUser, filters: QueueFilters, page_number: 
     if filters.query:
         scoped = _search(scoped, filters.query)
 
-    by_state = dict(scoped.order_by().values_list("status").annotate(n=Count("pk")))
+    # COUNT(*) rather than COUNT(id): answered from the (action, status) index alone.
+    by_state = dict(scoped.order_by().values_list("status").annotate(n=Count("*")))
     counts = [StateCount(s.value, s.label, by_state.get(s.value, 0)) for s in PreviewStatus]
 
     listed = scoped if filters.state == ALL_STATES else scoped.filter(status=filters.state)
     listed = listed.select_related("actor").order_by("created_at", "pk")
     total_all = sum(by_state.values())
     total = total_all if filters.state == ALL_STATES else by_state.get(filters.state, 0)
-    page = Paginator(listed, QUEUE_PAGE_SIZE).get_page(page_number)
+    paginator = Paginator(listed, QUEUE_PAGE_SIZE)
+    paginator.count = total  # known from the counts per state: no second COUNT over the queue
+    page = paginator.get_page(page_number)
     rows = [QueueRow(preview=p, summary=_summary(p)) for p in page.object_list]
     return Queue(
         page=page, rows=rows, counts=counts, total=total, total_all=total_all, filters=filters, actions=actions

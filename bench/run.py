@@ -1,0 +1,707 @@
+"""The gateway's benchmark (`make bench`, `make bench-quick`); what it measures is in docs/benchmarks.md.
+
+    python -m bench.run [--quick] [--out FILE] [--keep-db]
+
+It creates a fresh PostgreSQL database next to DATABASE_URL's (dropped at the end), migrates it, loads a
+synthetic shop, starts gunicorn with config/gunicorn.conf.py and two Celery workers on REDIS_URL, and
+measures, each against a floor taken in the same run on the same machine:
+
+1. proposals over HTTP (wrk + bench/proposals.lua) at 1, 4, 16 and 64 connections, against the floor
+   endpoint (bench/floor.py) in the same server;
+2. the commit pipeline (confirmations executed by the two workers through Redis), against the same SQL
+   transaction run by pgbench (bench/commit_floor.sql), and confirm -> executed latency with idle workers;
+3. the staff console's queue with 10,000 previews waiting: first page time and query count.
+
+It writes a JSON result and prints a Markdown table with each figure, its floor, the ratio and the target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import secrets
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import warnings
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+VENV_BIN = Path(sys.executable).parent
+PIPELINE_PATH = "/api/agent/tool-calls"
+FLOOR_PATH = "/bench/floor/tool-calls"
+CONSOLE_PATH = "/console/"
+CONNECTIONS = (1, 4, 16, 64)
+TARGET_CONNECTIONS = 16
+CONSOLE_WAITING = 10_000
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    customers: int
+    orders_per_customer: int
+    warmup_s: int
+    duration_s: int
+    commit_batch: int
+    latency_samples: int
+    floor_transactions: int
+    console_repeats: int
+
+
+PROFILES = {
+    "full": Profile("full", customers=5000, orders_per_customer=4, warmup_s=3, duration_s=20, commit_batch=5000,
+                    latency_samples=300, floor_transactions=20000, console_repeats=30),
+    "quick": Profile("quick", customers=2000, orders_per_customer=3, warmup_s=1, duration_s=5, commit_batch=1000,
+                     latency_samples=60, floor_transactions=4000, console_repeats=10),
+}
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    rank = (len(ordered) - 1) * p / 100
+    low, high = int(rank), min(int(rank) + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+# The database -------------------------------------------------------------------------------------
+
+
+class Database:
+    """A fresh database on DATABASE_URL's server, created here and dropped at the end."""
+
+    def __init__(self, base_url: str) -> None:
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("postgres", "postgresql", "pgsql", "postgis"):
+            raise SystemExit(f"make bench needs PostgreSQL; DATABASE_URL is {parts.scheme or 'unset'}://...")
+        self.name = f"gateway_bench_{datetime.now():%Y%m%d_%H%M%S}_{os.getpid()}"
+        self.server = parts
+        self.url = urlunsplit((parts.scheme, parts.netloc, "/" + self.name, parts.query, ""))
+
+    def _admin(self) -> Any:
+        import psycopg
+
+        parts = self.server
+        return psycopg.connect(
+            host=parts.hostname or "127.0.0.1", port=parts.port or 5432, user=parts.username or "postgres",
+            password=parts.password or None, dbname="postgres", autocommit=True,
+        )
+
+    def create(self) -> None:
+        with self._admin() as conn:
+            conn.execute(f'CREATE DATABASE "{self.name}"')
+
+    def drop(self) -> None:
+        with self._admin() as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+
+    def pgbench_args(self) -> list[str]:
+        parts = self.server
+        return ["-h", parts.hostname or "127.0.0.1", "-p", str(parts.port or 5432),
+                "-U", parts.username or "postgres", self.name]
+
+    def pgbench_env(self) -> dict[str, str]:
+        return {**os.environ, **({"PGPASSWORD": self.server.password} if self.server.password else {})}
+
+
+# Processes ----------------------------------------------------------------------------------------
+
+
+class Processes:
+    """gunicorn and the Celery workers, each in a process group of its own, stopped by that group's id."""
+
+    def __init__(self, env: dict[str, str], logs: Path) -> None:
+        self.env, self.logs, self.started = env, logs, []
+
+    def start(self, name: str, argv: list[str], extra_env: dict[str, str] | None = None) -> subprocess.Popen:
+        out = (self.logs / f"{name}.log").open("w")
+        process = subprocess.Popen(argv, cwd=ROOT, env={**self.env, **(extra_env or {})}, stdout=out,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+        self.started.append((name, process))
+        return process
+
+    def stop_all(self) -> None:
+        for _name, process in reversed(self.started):
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for _name, process in reversed(self.started):
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=10)
+        self.started.clear()
+
+    def check_alive(self) -> None:
+        for name, process in self.started:
+            if process.poll() is not None:
+                tail = (self.logs / f"{name}.log").read_text()[-3000:]
+                raise RuntimeError(f"{name} exited with {process.returncode}:\n{tail}")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for_http(url: str, token: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+            with urllib.request.urlopen(request, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError(f"gunicorn did not answer {url} within {timeout} s")
+
+
+# 1. Proposals --------------------------------------------------------------------------------------
+
+
+def run_wrk(*, url: str, connections: int, seconds: int, sessions_file: Path, key_prefix: str,
+            expect: str) -> dict[str, Any]:
+    threads = 1 if connections == 1 else 2
+    argv = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--timeout", "10s",
+            "-s", str(BENCH / "proposals.lua"), url]
+    env = {**os.environ, "BENCH_SESSIONS": str(sessions_file), "BENCH_KEY_PREFIX": key_prefix,
+           "BENCH_EXPECT": expect}
+    completed = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=seconds + 60)
+    line = next((x for x in completed.stdout.splitlines() if x.startswith("BENCH_JSON ")), None)
+    if completed.returncode != 0 or line is None:
+        raise RuntimeError(f"wrk failed ({completed.returncode}):\n{completed.stdout}\n{completed.stderr}")
+    raw = json.loads(line.removeprefix("BENCH_JSON "))
+    seconds_run = raw["duration_us"] / 1e6
+    socket_errors = sum(raw["socket_errors"].values())
+    return {
+        "connections": connections,
+        "requests": raw["requests"],
+        "rps": round(raw["requests"] / seconds_run, 1),
+        "latency_ms": {k: round(v / 1000, 2) for k, v in raw["latency_us"].items()},
+        "statuses": dict(sorted(raw["statuses"].items())),
+        "non_contract": raw["unexpected"] + socket_errors,
+        "socket_errors": raw["socket_errors"],
+    }
+
+
+def measure_proposals(profile: Profile, base_url: str, shop: Any, run_id: str) -> dict[str, Any]:
+    results: dict[str, Any] = {"pipeline": {}, "floor": {}}
+    for connections in CONNECTIONS:
+        for kind, path, expect in (("pipeline", PIPELINE_PATH, "200,201,422"), ("floor", FLOOR_PATH, "201")):
+            prefix = f"{run_id}-{kind}-c{connections}"
+            run_wrk(url=base_url + path, connections=connections, seconds=profile.warmup_s,
+                    sessions_file=shop.sessions_file, key_prefix=prefix + "-warm", expect=expect)
+            result = run_wrk(url=base_url + path, connections=connections, seconds=profile.duration_s,
+                             sessions_file=shop.sessions_file, key_prefix=prefix, expect=expect)
+            results[kind][str(connections)] = result
+            lat = result["latency_ms"]
+            log(f"  {kind:8} c={connections:<3} {result['rps']:8.1f} req/s  p50 {lat['p50']:7.2f} ms  "
+                f"p95 {lat['p95']:7.2f}  p99 {lat['p99']:7.2f}  statuses {result['statuses']}  "
+                f"non-contract {result['non_contract']}")
+    return results
+
+
+# 2. The commit pipeline ---------------------------------------------------------------------------
+
+
+def _confirm(preview: Any) -> None:
+    from approvals.models import ApprovalRole
+    from approvals.services import preview_approve
+
+    preview_approve(preview_id=preview.pk, approver=preview.actor, role=ApprovalRole.CUSTOMER, digest=preview.digest)
+
+
+def _wait_executed(ids: list[Any], timeout: float, interval: float = 0.05) -> dict[str, int]:
+    """Wait until none of `ids` is still approved (or nothing moved for `timeout` seconds)."""
+    from django.db.models import Count
+
+    from approvals.models import Preview, PreviewStatus
+
+    last, last_change = None, time.monotonic()
+    while True:
+        counts = dict(Preview.objects.filter(pk__in=ids).values_list("status").annotate(n=Count("pk")))
+        if not counts.get(PreviewStatus.APPROVED) and not counts.get(PreviewStatus.AWAITING_CUSTOMER):
+            return counts
+        if counts != last:
+            last, last_change = counts, time.monotonic()
+        elif time.monotonic() - last_change > timeout:
+            return counts
+        time.sleep(interval)
+
+
+def measure_commit_throughput(profile: Profile) -> dict[str, Any]:
+    """Confirm a batch in one transaction, so that all its executions are published the moment it
+    commits; the workers then drain the queue. Executions per second from that moment to the last one."""
+    from django.db import transaction
+    from django.db.models import Max
+
+    from approvals.models import Preview, PreviewStatus
+
+    from .shop import previews_for
+
+    previews = previews_for(label="CT", count=profile.commit_batch)
+    for preview in previews:
+        preview.actor  # noqa: B018 - load the actors before the clock starts
+    committed: list[float] = []
+    confirm_started = time.time()
+    with transaction.atomic():
+        # Callbacks run in the order they were registered: this one, at the commit, before the
+        # confirmations' own callbacks publish the executions.
+        transaction.on_commit(lambda: committed.append(time.time()))
+        for preview in previews:
+            _confirm(preview)
+    published = time.time()
+    ids = [p.pk for p in previews]
+    # Polled seldom, to leave PostgreSQL to the workers: the figure comes from executed_at, not the poll.
+    counts = _wait_executed(ids, timeout=60, interval=0.5)
+    executed = Preview.objects.filter(pk__in=ids, status=PreviewStatus.EXECUTED)
+    last = executed.aggregate(last=Max("executed_at"))["last"]
+    n = counts.get(PreviewStatus.EXECUTED, 0)
+    elapsed = last.timestamp() - committed[0] if n else float("nan")
+    return {
+        "previews": len(ids),
+        "executed": n,
+        "statuses": {str(k): v for k, v in counts.items()},
+        "confirm_seconds": round(committed[0] - confirm_started, 2),
+        "publish_seconds": round(published - committed[0], 2),
+        "drain_seconds": round(elapsed, 3),
+        "executions_per_s": round(n / elapsed, 1) if n else 0.0,
+    }
+
+
+def measure_confirm_latency(profile: Profile) -> dict[str, Any]:
+    """One confirmation at a time with the workers idle: from the confirmation's commit to the worker's
+    executed_at (both on this machine's clock), waiting for each before the next."""
+    import random
+
+    from django.db import transaction
+
+    from approvals.models import Preview, PreviewStatus
+
+    from .shop import previews_for
+
+    previews = previews_for(label="CL", count=profile.latency_samples)
+    samples, failed = [], 0
+    rng = random.Random(6)
+    for preview in previews:
+        preview.actor  # noqa: B018
+        time.sleep(rng.uniform(0.02, 0.06))  # the workers are idle, blocked on the broker
+        committed: list[float] = []
+        with transaction.atomic():
+            transaction.on_commit(lambda committed=committed: committed.append(time.time()))
+            _confirm(preview)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            row = Preview.objects.filter(pk=preview.pk).values("status", "executed_at").get()
+            if row["status"] != PreviewStatus.APPROVED:
+                break
+            time.sleep(0.002)
+        if row["status"] == PreviewStatus.EXECUTED:
+            samples.append((row["executed_at"].timestamp() - committed[0]) * 1000)
+        else:
+            failed += 1
+    return {
+        "samples": len(samples),
+        "not_executed": failed,
+        "p50_ms": round(percentile(samples, 50), 1),
+        "p95_ms": round(percentile(samples, 95), 1),
+        "max_ms": round(max(samples), 1) if samples else None,
+    }
+
+
+def measure_commit_floor(profile: Profile, database: Database, clients: int) -> dict[str, Any]:
+    """The same SQL transaction through pgbench, on approved previews of orders of its own."""
+    from django.db import connection
+
+    count = profile.floor_transactions
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT id FROM auth_user WHERE username LIKE 'bench-c%%' ORDER BY id LIMIT 1")
+        customer = cursor.fetchone()[0]
+        cursor.execute("""
+            INSERT INTO refunds_order (number, customer_id, currency, total_minor, refunded_minor, status,
+                                       placed_at, delivered_at, payment_ref, version, created_at, updated_at)
+            SELECT 'PF-' || g, %s, 'EUR', 100000, 0, 'delivered', current_date - 20, current_date - 10,
+                   'pi_pf_' || g, 1, now(), now()
+            FROM generate_series(1, %s) g""", [customer, count])
+        cursor.execute("""
+            INSERT INTO approvals_preview (id, action, actor_id, subject_type, subject_id, subject_version, payload,
+                amount_minor, currency, proposal_key, digest, required_approvals, status, created_at, expires_at,
+                status_changed_at, failure_code, failure_reason)
+            SELECT gen_random_uuid(), 'refund_order', %s, 'order', 'PF-' || g, 1,
+                   jsonb_build_object('order_id', 'PF-' || g, 'amount_minor', 500, 'currency', 'EUR',
+                                      'reason', 'damaged'),
+                   500, 'EUR', md5('pf-key-' || g) || md5('pf-key2-' || g), md5('pf-' || g) || md5('pf2-' || g),
+                   '["customer"]', 'approved', now(), now() + interval '2 hours', now(), '', ''
+            FROM generate_series(1, %s) g""", [customer, count])
+        cursor.execute("""
+            CREATE TABLE bench_commit_floor AS
+            SELECT row_number() OVER (ORDER BY o.id) AS n, p.id AS preview_id, o.id AS order_id
+            FROM refunds_order o JOIN approvals_preview p ON p.subject_type = 'order' AND p.subject_id = o.number
+            WHERE o.number LIKE 'PF-%%'""")
+        cursor.execute("ALTER TABLE bench_commit_floor ADD PRIMARY KEY (n)")
+        cursor.execute("CREATE SEQUENCE bench_commit_floor_seq")
+        cursor.execute("ANALYZE")
+    argv = ["pgbench", "-n", "-c", str(clients), "-j", str(clients), "-t", str(count // clients),
+            "-f", str(BENCH / "commit_floor.sql"), *database.pgbench_args()]
+    completed = subprocess.run(argv, cwd=ROOT, env=database.pgbench_env(), capture_output=True, text=True,
+                               timeout=600)
+    match = re.search(r"tps = ([\d.]+) \(without initial connection time\)", completed.stdout)
+    failed = re.search(r"number of failed transactions: (\d+)", completed.stdout)
+    latency = re.search(r"latency average = ([\d.]+) ms", completed.stdout)
+    if completed.returncode != 0 or match is None:
+        raise RuntimeError(f"pgbench failed:\n{completed.stdout}\n{completed.stderr}")
+    return {
+        "clients": clients,
+        "transactions": count,
+        "tps": round(float(match.group(1)), 1),
+        "latency_avg_ms": float(latency.group(1)) if latency else None,
+        "failed": int(failed.group(1)) if failed else 0,
+    }
+
+
+def verify_audit_chain() -> dict[str, Any]:
+    """Every proposal, confirmation and execution above appended to the hash chain concurrently: check
+    that it is still one unbroken line (what `manage.py verify_audit` checks)."""
+    from approvals.audit_chain import audit_chain_verify
+    from approvals.models import AuditChainHead, AuditRecord
+
+    start = time.monotonic()
+    head = AuditChainHead.objects.get(pk=1)
+    problem = audit_chain_verify(AuditRecord.objects.order_by("sequence").iterator(chunk_size=5000),
+                                 head_sequence=head.sequence)
+    return {"records": head.sequence, "intact": problem is None, "problem": str(problem) if problem else None,
+            "seconds": round(time.monotonic() - start, 1)}
+
+
+# 3. The console -----------------------------------------------------------------------------------
+
+
+def measure_console_page(client: Any, repeats: int) -> dict[str, Any]:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    start = time.perf_counter()
+    response = client.get(CONSOLE_PATH)
+    cold = (time.perf_counter() - start) * 1000
+    assert response.status_code == 200, response.status_code
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        response = client.get(CONSOLE_PATH)
+        times.append((time.perf_counter() - start) * 1000)
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(CONSOLE_PATH)
+    rows = response.content.count(b'class="queue-row') or None
+    return {
+        "cold_ms": round(cold, 1),
+        "p50_ms": round(statistics.median(times), 1),
+        "p95_ms": round(percentile(times, 95), 1),
+        "queries": len(queries),
+        "query_sql": [q["sql"][:300] for q in queries.captured_queries],
+        "rows_marker": rows,
+    }
+
+
+def measure_console(profile: Profile) -> dict[str, Any]:
+    from django.test import Client
+
+    from approvals.models import PreviewStatus
+
+    from .shop import previews_for, reviewer
+
+    person = reviewer()
+    client = Client(HTTP_HOST="127.0.0.1")
+    client.force_login(person)
+    previews_for(label="CQS", count=10, status=PreviewStatus.AWAITING_STAFF, amount_minor=25_000)
+    small = measure_console_page(client, profile.console_repeats)
+    previews_for(label="CQ", count=CONSOLE_WAITING - 10, status=PreviewStatus.AWAITING_STAFF, amount_minor=25_000)
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    full = measure_console_page(client, profile.console_repeats)
+    return {"waiting_10": small, f"waiting_{CONSOLE_WAITING}": full}
+
+
+# The report ---------------------------------------------------------------------------------------
+
+
+def _met(ok: bool | None) -> str:
+    return "—" if ok is None else ("yes" if ok else "**no**")
+
+
+def report_rows(result: dict[str, Any]) -> list[dict[str, str]]:
+    rows: list[dict[str, str]] = []
+    proposals = result.get("proposals")
+    if proposals:
+        for c in CONNECTIONS:
+            pipe, floor = proposals["pipeline"][str(c)], proposals["floor"][str(c)]
+            ratio = pipe["rps"] / floor["rps"] if floor["rps"] else 0
+            lat = pipe["latency_ms"]
+            target = c == TARGET_CONNECTIONS
+            rows.append({
+                "figure": f"Proposals, {c} connection{'s' if c > 1 else ''}: req/s",
+                "value": f"{pipe['rps']:.0f}", "floor": f"{floor['rps']:.0f}", "ratio": f"{ratio:.0%}",
+                "target": "≥ 50 %" if target else "", "met": _met(ratio >= 0.5) if target else "",
+            })
+            rows.append({
+                "figure": f"Proposals, {c} conn.: latency p50 / p95 / p99 (ms)",
+                "value": f"{lat['p50']:.1f} / {lat['p95']:.1f} / {lat['p99']:.1f}",
+                "floor": f"{floor['latency_ms']['p50']:.1f} / {floor['latency_ms']['p95']:.1f} / "
+                         f"{floor['latency_ms']['p99']:.1f}",
+                "ratio": "", "target": "p99 < 50" if target else "", "met": _met(lat["p99"] < 50) if target else "",
+            })
+        bad = sum(proposals["pipeline"][str(c)]["non_contract"] for c in CONNECTIONS)
+        total = sum(proposals["pipeline"][str(c)]["requests"] for c in CONNECTIONS)
+        rows.append({"figure": f"Non-contract responses (of {total} proposals)", "value": str(bad), "floor": "",
+                     "ratio": "", "target": "0", "met": _met(bad == 0)})
+    commit = result.get("commit")
+    if commit:
+        pipe, floor = commit["throughput"], commit["floor"]
+        ratio = pipe["executions_per_s"] / floor["tps"] if floor["tps"] else 0
+        rows.append({"figure": f"Commit pipeline: executions/s (2 workers, {pipe['executed']} previews)",
+                     "value": f"{pipe['executions_per_s']:.0f}", "floor": f"{floor['tps']:.0f} (pgbench, 2 clients)",
+                     "ratio": f"{ratio:.0%}", "target": "≥ 20 %", "met": _met(ratio >= 0.2)})
+        lat = commit["latency"]
+        rows.append({"figure": f"Confirm → executed, idle workers: p50 / p95 (ms, {lat['samples']} samples)",
+                     "value": f"{lat['p50_ms']:.0f} / {lat['p95_ms']:.0f}", "floor": "", "ratio": "",
+                     "target": "p95 < 1000", "met": _met(lat["p95_ms"] < 1000 and not lat["not_executed"])})
+    chain = result.get("audit_chain")
+    if chain:
+        rows.append({"figure": "Audit chain after the run (verify_audit)",
+                     "value": f"{chain['records']} records, {'intact' if chain['intact'] else 'BROKEN'}",
+                     "floor": "", "ratio": "", "target": "intact", "met": _met(chain["intact"])})
+    console = result.get("console")
+    if console:
+        small, full = console["waiting_10"], console[f"waiting_{CONSOLE_WAITING}"]
+        rows.append({"figure": f"Console queue, {CONSOLE_WAITING:,} waiting: first page p50 / p95 (ms)",
+                     "value": f"{full['p50_ms']:.1f} / {full['p95_ms']:.1f}",
+                     "floor": f"{small['p50_ms']:.1f} / {small['p95_ms']:.1f} (10 waiting)",
+                     "ratio": f"{full['p50_ms'] / small['p50_ms']:.2f}×" if small["p50_ms"] else "",
+                     "target": "< 100", "met": _met(full["p95_ms"] < 100)})
+        rows.append({"figure": f"Console queue, {CONSOLE_WAITING:,} waiting: queries",
+                     "value": str(full["queries"]), "floor": f"{small['queries']} (10 waiting)", "ratio": "",
+                     "target": "constant", "met": _met(full["queries"] == small["queries"])})
+    return rows
+
+
+def markdown_table(rows: list[dict[str, str]]) -> str:
+    header = "| figure | value | floor | ratio | target | met? |\n|---|---:|---:|---:|---|---|\n"
+    return header + "".join(
+        f"| {r['figure']} | {r['value']} | {r['floor']} | {r['ratio']} | {r['target']} | {r['met']} |\n" for r in rows
+    )
+
+
+# Main ---------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="the everyday run, under two minutes")
+    parser.add_argument("--out", type=Path, help="where to write the JSON result")
+    parser.add_argument("--keep-db", action="store_true", help="keep the benchmark database afterwards")
+    parser.add_argument("--only", default="proposals,commit,console", help="comma-separated phases to run")
+    args = parser.parse_args(argv)
+    profile = PROFILES["quick" if args.quick else "full"]
+    phases = {p.strip() for p in args.only.split(",") if p.strip()}
+    for tool in ("wrk", "pgbench"):
+        if shutil.which(tool) is None:
+            raise SystemExit(f"{tool} is not installed (make bench installs it with apt-get)")
+
+    started = time.time()
+    run_id = f"bench-{secrets.token_hex(4)}"
+    database = Database(os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/postgres")
+    redis_url = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
+    workdir = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
+    port = free_port()
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "bench.settings",
+        "DATABASE_URL": database.url,
+        "REDIS_URL": redis_url,
+        "DEBUG": "false",
+        "SECRET_KEY": secrets.token_urlsafe(50),
+        "ALLOWED_HOSTS": "127.0.0.1,localhost,testserver",
+        "CELERY_TASK_ALWAYS_EAGER": "false",
+        "PAYMENT_GATEWAY": "local",
+        "LOG_LEVEL": "WARNING",
+        "BENCH_RUN_ID": run_id,
+        "GUNICORN_BIND": f"127.0.0.1:{port}",
+        "PYTHONUNBUFFERED": "1",
+        # STATIC_ROOT is not collected for a benchmark; whitenoise says so once per process.
+        "PYTHONWARNINGS": "ignore:No directory at:UserWarning",
+    }
+    os.environ.update(env)
+    warnings.filterwarnings("ignore", message="No directory at", category=UserWarning)
+    processes = Processes(env, workdir)
+    result: dict[str, Any] = {
+        "profile": asdict(profile),
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+    }
+    log(f"{profile.name} run {run_id}: database {database.name}, Redis {redis_url}, work files in {workdir}")
+    database.create()
+    ok = False
+    try:
+        result.update(_run(profile, phases, database, processes, workdir, port, run_id))
+        ok = True
+    except BaseException:
+        for log_file in sorted(workdir.glob("*.log")):
+            print(f"--- {log_file.name} (last lines)\n{log_file.read_text()[-2000:]}", file=sys.stderr)
+        raise
+    finally:
+        processes.stop_all()
+        from django.db import connections
+
+        connections.close_all()
+        if args.keep_db:
+            log(f"kept database {database.name}")
+        else:
+            database.drop()
+            log(f"dropped database {database.name}")
+        _forget_queue(redis_url, run_id)
+        if ok:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            log(f"logs kept in {workdir}")
+    result["seconds"] = round(time.time() - started, 1)
+    rows = report_rows(result)
+    result["table"] = rows
+    out = args.out or BENCH / "results" / f"{profile.name}-{datetime.now():%Y%m%d-%H%M%S}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    print()
+    print(markdown_table(rows))
+    log(f"{profile.name} run took {result['seconds']} s; JSON result in {out}")
+    return 0
+
+
+def _forget_queue(redis_url: str, run_id: str) -> None:
+    """Remove this run's queue and cache keys from the shared Redis."""
+    try:
+        import redis
+
+        client = redis.Redis.from_url(redis_url)
+        keys = list(client.scan_iter(match=f"*{run_id}*", count=1000))
+        if keys:
+            client.delete(*keys)
+    except Exception as error:  # noqa: BLE001 - cleaning up is best effort
+        log(f"could not clean Redis: {error}")
+
+
+def _run(profile: Profile, phases: set[str], database: Database, processes: Processes, workdir: Path, port: int,
+         run_id: str) -> dict[str, Any]:
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection
+
+    from .shop import load_shop, previews_for
+
+    result: dict[str, Any] = {}
+    log("migrating")
+    call_command("migrate", verbosity=0, interactive=False)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT version()")
+        result["postgres"] = cursor.fetchone()[0].split(" on ")[0]
+        cursor.execute("SHOW synchronous_commit")
+        result["synchronous_commit"] = cursor.fetchone()[0]
+    log(f"loading the synthetic shop ({profile.customers} customers × {profile.orders_per_customer} orders)")
+    t0 = time.monotonic()
+    shop = load_shop(customers=profile.customers, orders_per_customer=profile.orders_per_customer,
+                     sessions_file=workdir / "sessions.tsv")
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    result["shop"] = {"customers": shop.customers, "orders": shop.orders, "agent_sessions": shop.sessions,
+                      "currencies": shop.currencies, "load_seconds": round(time.monotonic() - t0, 1)}
+    log(f"  {result['shop']}")
+
+    python = str(VENV_BIN / "python")
+    processes.start("gunicorn", [python, "-m", "gunicorn", "-c", "config/gunicorn.conf.py", "config.wsgi:application"])
+    for i in (1, 2):
+        processes.start(f"worker{i}", [python, "-m", "celery", "-A", "config", "worker", "--concurrency=1",
+                                       "--without-gossip", "--without-mingle", "--without-heartbeat",
+                                       "--loglevel=WARNING", "-n", f"{run_id}-w{i}@%h"])
+    base_url = f"http://127.0.0.1:{port}"
+    wait_for_http(base_url + "/api/agent/tools", shop.sample_token)
+    warm = previews_for(label="WARM", count=20)
+    for preview in warm:
+        _confirm(preview)
+    _wait_executed([p.pk for p in warm], timeout=60)
+    processes.check_alive()
+    result["server"] = _server_description()
+    log(f"gunicorn on {base_url} ({result['server']['gunicorn']}), two Celery workers ready")
+
+    if "proposals" in phases:
+        log(f"proposals: {profile.duration_s} s per run after {profile.warmup_s} s of warm-up")
+        result["proposals"] = measure_proposals(profile, base_url, shop, run_id)
+        processes.check_alive()
+    if "commit" in phases:
+        log(f"commit pipeline: {profile.commit_batch} confirmations executed by two workers")
+        throughput = measure_commit_throughput(profile)
+        log(f"  {throughput}")
+        log(f"confirm → executed with idle workers: {profile.latency_samples} samples")
+        latency = measure_confirm_latency(profile)
+        log(f"  {latency}")
+        result["audit_chain"] = verify_audit_chain()
+        log(f"  audit chain after the run: {result['audit_chain']}")
+        log(f"commit floor: pgbench, {profile.floor_transactions} transactions, 2 clients")
+        floor = measure_commit_floor(profile, database, clients=2)
+        log(f"  {floor}")
+        result["commit"] = {"throughput": throughput, "latency": latency, "floor": floor}
+        processes.check_alive()
+    if "console" in phases:
+        log(f"console: the queue with 10 and then {CONSOLE_WAITING:,} previews waiting for staff")
+        result["console"] = measure_console(profile)
+        for key, value in result["console"].items():
+            log(f"  {key}: p50 {value['p50_ms']} ms, p95 {value['p95_ms']} ms, {value['queries']} queries")
+    return result
+
+
+def _server_description() -> dict[str, Any]:
+    """What served the run: gunicorn's settings as its config file computes them, the workers, and the
+    database settings that matter for speed."""
+    import importlib.util
+
+    from django.conf import settings
+
+    spec = importlib.util.spec_from_file_location("gunicorn_conf", ROOT / "config" / "gunicorn.conf.py")
+    conf = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conf)
+    database = settings.DATABASES["default"]
+    return {
+        "gunicorn": {"workers": conf.workers, "worker_class": conf.worker_class, "threads": conf.threads},
+        "celery": {"workers": 2, "concurrency": 1, "prefetch_multiplier": settings.CELERY_WORKER_PREFETCH_MULTIPLIER,
+                   "acks_late": settings.CELERY_TASK_ACKS_LATE,
+                   "db_reuse_max": getattr(settings, "CELERY_DB_REUSE_MAX", None)},
+        "database": {"conn_max_age": database.get("CONN_MAX_AGE"),
+                     "conn_health_checks": database.get("CONN_HEALTH_CHECKS")},
+        "throttle": settings.AGENT_THROTTLE_RATE,
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""Gunicorn in production: `gunicorn -c config/gunicorn.conf.py config.wsgi:application`.
+
+Every value comes from the environment, with defaults measured by `make bench` (docs/benchmarks.md).
+Run it behind a proxy or load balancer that terminates TLS (and then set HTTPS=true).
+"""
+
+import multiprocessing
+import os
+
+
+def _int(name: str, default: int) -> int:
+    value = os.environ.get(name, "")
+    return int(value) if value.strip() else default
+
+
+bind = os.environ.get("GUNICORN_BIND") or f"{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}"
+
+# Synchronous workers, 2 × cores + 1 processes: each request's Python work holds its process's GIL, so
+# threads in one process only queue behind each other (and behind a request holding a row lock), while
+# an extra process per core keeps the cores busy during database round trips. `make bench` measured
+# sync 5 processes ahead of gthread 3 × 4 and 2 × 8 on two cores (docs/benchmarks.md). Needs a proxy
+# in front that buffers slow clients (any load balancer or nginx does).
+workers = _int("WEB_CONCURRENCY", 2 * multiprocessing.cpu_count() + 1)
+worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "sync")
+threads = _int("GUNICORN_THREADS", 1)
+
+# Keep-alive (gthread only) for the load balancer's connections; a request that takes longer than
+# `timeout` is killed (its transaction rolls back); workers are recycled now and then to bound memory.
+keepalive = _int("GUNICORN_KEEPALIVE", 5)
+timeout = _int("GUNICORN_TIMEOUT", 30)
+graceful_timeout = _int("GUNICORN_GRACEFUL_TIMEOUT", 30)
+max_requests = _int("GUNICORN_MAX_REQUESTS", 10000)
+max_requests_jitter = _int("GUNICORN_MAX_REQUESTS_JITTER", 1000)
+backlog = _int("GUNICORN_BACKLOG", 2048)
+
+# Load Django once in the master, then fork: faster starts, shared memory. Database connections are
+# opened lazily by each worker after the fork, never inherited.
+preload_app = True
+
+# Request lines and bodies are bounded by Django (DATA_UPLOAD_MAX_MEMORY_SIZE) and by these.
+limit_request_line = 4094
+limit_request_fields = 100
+
+# Logs to stdout/stderr for the process supervisor; the access log is off unless asked for.
+accesslog = os.environ.get("GUNICORN_ACCESSLOG") or None
+errorlog = "-"
+loglevel = os.environ.get("GUNICORN_LOGLEVEL", "info")
+# Behind a proxy: trust X-Forwarded-* from these addresses only.
+forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
+proc_name = "approval-gateway"
+
+# gunicorn ≥ 25.1 opens a control socket (for gunicornc) at one path per user, which two servers of the
+# same user would share. Off unless GUNICORN_CONTROL_SOCKET names a path.
+control_socket_disable = not os.environ.get("GUNICORN_CONTROL_SOCKET")
+if not control_socket_disable:
+    control_socket = os.environ["GUNICORN_CONTROL_SOCKET"]
