@@ -113,6 +113,24 @@ def bob_agent(bob):
     return agent_client_for(bob)
 
 
+def events(preview) -> list[str]:
+    """The preview's audit events, in order."""
+    from approvals.models import AuditRecord
+
+    return list(AuditRecord.objects.filter(preview=preview).order_by("id").values_list("event", flat=True))
+
+
+def assert_nothing_moved(order, *, refunded_minor=0, version=1):
+    """No refund reached the ledger or the local gateway, and the order is as it was."""
+    from refunds.models import LocalGatewayRefund, Refund
+
+    order.refresh_from_db()
+    assert Refund.objects.count() == 0
+    assert LocalGatewayRefund.objects.count() == 0
+    assert order.refunded_minor == refunded_minor
+    assert order.version == version
+
+
 def propose(client, name="refund_order", headers=None, **arguments):
     """POST a tool call with object arguments; returns the response."""
     return client.post(

@@ -15,7 +15,7 @@ from approvals.errors import DecisionError
 from approvals.models import Approval, ApprovalRole, AuditRecord, Preview, PreviewStatus
 from approvals.services import preview_approve, preview_decline, previews_expire_stale
 from refunds.models import LocalGatewayRefund, Order, Refund
-from tests.conftest import propose
+from tests.conftest import assert_nothing_moved, events, propose
 from tests.factories import OrderFactory, StaffFactory
 
 STALE_DIGEST = "0" * 64
@@ -31,18 +31,6 @@ def confirm(preview, person, *, digest=None, role=ApprovalRole.CUSTOMER) -> Prev
     return preview_approve(
         preview_id=preview.pk, approver=person, role=role, digest=preview.digest if digest is None else digest
     )
-
-
-def events(preview) -> list[str]:
-    return list(AuditRecord.objects.filter(preview=preview).order_by("id").values_list("event", flat=True))
-
-
-def assert_nothing_moved(order, *, refunded_minor=0, version=1):
-    order.refresh_from_db()
-    assert Refund.objects.count() == 0
-    assert LocalGatewayRefund.objects.count() == 0
-    assert order.refunded_minor == refunded_minor
-    assert order.version == version
 
 
 # The actor confirms --------------------------------------------------------------------------

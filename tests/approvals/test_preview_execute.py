@@ -17,7 +17,7 @@ from approvals.models import Approval, ApprovalRole, AuditRecord, Preview, Previ
 from approvals.services import preview_approve, preview_execute
 from approvals.tasks import execute_preview
 from refunds.models import LocalGatewayRefund, Order, OrderStatus, Refund
-from tests.conftest import propose, tampering
+from tests.conftest import assert_nothing_moved, events, propose, tampering
 
 
 def make_preview(agent, order_id="o-12", amount_minor=500, reason="damaged") -> Preview:
@@ -38,18 +38,6 @@ def approve_held(preview, person, capture) -> list:
     preview.refresh_from_db()
     assert preview.status == PreviewStatus.APPROVED
     return callbacks
-
-
-def events(preview) -> list[str]:
-    return list(AuditRecord.objects.filter(preview=preview).order_by("id").values_list("event", flat=True))
-
-
-def assert_nothing_moved(order, *, refunded_minor=0, version=1):
-    order.refresh_from_db()
-    assert Refund.objects.count() == 0
-    assert LocalGatewayRefund.objects.count() == 0
-    assert order.refunded_minor == refunded_minor
-    assert order.version == version
 
 
 # Exactly once --------------------------------------------------------------------------------

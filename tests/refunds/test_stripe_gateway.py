@@ -17,7 +17,7 @@ from approvals.tasks import MAX_EXECUTION_RETRIES, execute_preview
 from refunds.gateways import GatewayDeclined, GatewayUnavailable, LocalGateway, payment_gateway
 from refunds.models import LocalGatewayRefund, Refund
 from refunds.stripe_gateway import StripeGateway
-from tests.conftest import propose
+from tests.conftest import events, propose
 from tests.factories import StaffFactory
 from tests.refunds.conftest import STRIPE_TEST_KEY
 
@@ -45,10 +45,6 @@ def confirm_and_run(preview, customer, capture) -> Preview:
     assert len(callbacks) == 1
     preview.refresh_from_db()
     return preview
-
-
-def events(preview) -> list[str]:
-    return list(AuditRecord.objects.filter(preview=preview).order_by("id").values_list("event", flat=True))
 
 
 def audit(preview, event) -> list[dict]:
