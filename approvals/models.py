@@ -43,6 +43,11 @@ OPEN_STATUSES = (
 AWAITING_STATUSES = (PreviewStatus.AWAITING_CUSTOMER, PreviewStatus.AWAITING_STAFF)
 TERMINAL_STATUSES = tuple(s for s in PreviewStatus if s not in OPEN_STATUSES)
 
+# Failures after which running the same preview again is safe and may succeed: nothing was
+# refused, the provider or the worker just could not finish. Every other failure (a policy
+# refusal, a decline, a missing approval) needs a new proposal, never a retry.
+RETRYABLE_FAILURE_CODES = frozenset({"retries_exhausted", "gateway_unavailable"})
+
 
 class ApprovalRole(models.TextChoices):
     CUSTOMER = "customer", "Customer"

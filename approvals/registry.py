@@ -85,6 +85,8 @@ class Action(ABC):
 
     name: str = ""
     description: str = ""
+    #: The argument naming the subject (an order, an invoice), recorded with a refused proposal.
+    subject_argument: str = ""
     arguments_serializer: type[Serializer]
     # The permission ("app_label.codename") a staff member needs to see, approve, reject or retry
     # previews of this kind in the console. Define it in approvals.models.Preview.Meta.permissions.

@@ -4,8 +4,7 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 
-from .models import Preview, PreviewStatus
-from .services import RETRYABLE_FAILURE_CODES
+from .models import RETRYABLE_FAILURE_CODES, Preview, PreviewStatus
 
 
 def previews_in_flight(*, subject_type: str, subject_id: str, exclude: Any = None) -> QuerySet[Preview]:

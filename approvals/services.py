@@ -28,6 +28,7 @@ from .errors import ApplicationError, DecisionError, ExecutionFailure, PolicyRef
 from .models import (
     AWAITING_STATUSES,
     OPEN_STATUSES,
+    RETRYABLE_FAILURE_CODES,
     AgentSession,
     Approval,
     ApprovalRole,
@@ -348,7 +349,7 @@ def proposal_submit(
             actor=actor,
             agent_session=agent_session,
             action=action.name,
-            subject_id=str(arguments.get("order_id") or arguments.get("invoice_id") or "")[:64],
+            subject_id=str(arguments.get(action.subject_argument, ""))[:64],
             raw_arguments=raw_arguments,
             result={"error": refusal.as_dict()},
         )
@@ -857,10 +858,6 @@ def preview_fail(*, preview_id: Any, code: str, reason: str, facts: dict[str, An
 
 # Retries -------------------------------------------------------------------------------------
 
-# Failures after which running the same preview again is safe and may succeed: nothing was
-# refused, the provider or the worker just could not finish. Every other failure (a policy
-# refusal, a decline, a missing approval) needs a new proposal, never a retry.
-RETRYABLE_FAILURE_CODES = frozenset({"retries_exhausted", "gateway_unavailable"})
 
 
 def preview_is_retryable(preview: Preview) -> bool:

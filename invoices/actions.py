@@ -59,6 +59,7 @@ def send_invoice_policy_check(*, invoice: Invoice, recipient: str) -> None:
 
 class SendInvoiceAction(Action):
     name = SEND_INVOICE
+    subject_argument = "invoice_id"
     description = (
         "Propose sending one issued invoice by email to exactly one recipient address. "
         "Nothing is sent by this call: the send happens only once staff approved this exact "

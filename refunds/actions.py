@@ -26,6 +26,11 @@ RULE_WORDS = {
 }
 
 
+def _in_flight(order: Order, *, exclude: Any = None) -> int:
+    """What refunds being paid right now take from the order (they may already be at the provider)."""
+    return amount_in_flight(subject_type="order", subject_id=order.number, exclude=exclude)
+
+
 def staff_review_required(amount_minor: int, currency: str) -> bool:
     threshold = settings.STAFF_REVIEW_THRESHOLDS.get(currency)
     return threshold is not None and amount_minor > threshold
@@ -33,6 +38,7 @@ def staff_review_required(amount_minor: int, currency: str) -> bool:
 
 class RefundOrderAction(Action):
     name = "refund_order"
+    subject_argument = "order_id"
     description = (
         "Propose a partial or full refund of one of the signed-in customer's orders. "
         "Amounts are integers in the minor unit of the order's currency; the currency is "
@@ -55,7 +61,7 @@ class RefundOrderAction(Action):
             order=order,
             amount_minor=arguments["amount_minor"],
             reason=arguments["reason"],
-            in_flight_minor=amount_in_flight(subject_type="order", subject_id=order.number),
+            in_flight_minor=_in_flight(order),
         )
         required = [ApprovalRole.CUSTOMER.value]
         if staff_review_required(arguments["amount_minor"], order.currency):
@@ -94,7 +100,7 @@ class RefundOrderAction(Action):
             order=order,
             amount_minor=preview.amount_minor,
             reason=preview.payload["reason"],
-            in_flight_minor=amount_in_flight(subject_type="order", subject_id=order.number, exclude=preview.pk),
+            in_flight_minor=_in_flight(order, exclude=preview.pk),
         )
 
     def perform(self, *, preview: Preview) -> dict[str, Any]:
@@ -187,7 +193,10 @@ class RefundOrderAction(Action):
             ),
         ]
         for check, _refusal in refund_policy_checks(
-            order=order, amount_minor=preview.amount_minor, reason=preview.payload["reason"]
+            order=order,
+            amount_minor=preview.amount_minor,
+            reason=preview.payload["reason"],
+            in_flight_minor=_in_flight(order, exclude=preview.pk),
         ):
             detail = check.detail
             if check.rule == "amount_within_remaining":

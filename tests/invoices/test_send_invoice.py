@@ -234,3 +234,10 @@ def test_a_refund_tool_session_cannot_send_invoices(alice, inv17):
     )
     assert response.status_code == 403
     assert response.json()["error"]["code"] == "tool_not_allowed"
+
+
+def test_a_refused_proposal_is_audited_with_its_subject(alice_invoice_agent, inv17):
+    Invoice.objects.filter(pk=inv17.pk).update(status="void")
+    assert send(alice_invoice_agent).status_code == 422
+    record = AuditRecord.objects.get(event="proposal_refused")
+    assert (record.action, record.subject_id) == ("send_invoice", "INV-17")

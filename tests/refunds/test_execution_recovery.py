@@ -76,3 +76,21 @@ def test_an_amount_in_flight_counts_against_what_remains(
     assert preview_execute(preview_id=first.pk).status == PreviewStatus.EXECUTED
     assert fake_stripe.refunds_created == 1
     assert Order.objects.get(pk=o12.pk).refunded_minor == 400
+
+
+def test_the_console_policy_shows_the_amount_in_flight(
+    fake_stripe, alice_agent, alice, o12, django_capture_on_commit_callbacks
+):
+    from refunds.actions import RefundOrderAction
+
+    fake_stripe.add_payment_intent(PI, amount=1000, currency="eur")
+    first = approved(alice_agent, alice, 400, django_capture_on_commit_callbacks)
+    too_much = approved(alice_agent, alice, 700, django_capture_on_commit_callbacks)
+    fake_stripe.time_out_next(seconds=1.0)
+    with pytest.raises(TransientExecutionError):
+        preview_execute(preview_id=first.pk)
+
+    rules = {r.rule: r for r in RefundOrderAction().policy_evaluation(too_much)}
+    within = rules["4. Amount is within what remains refundable"]
+    assert within.passed is False
+    assert "against 600 remaining" in within.detail and "400 being refunded now" in within.detail
