@@ -40,6 +40,7 @@ from .models import (
     PreviewStatus,
 )
 from .registry import Action, registry
+from .rows import insert_rows
 
 logger = logging.getLogger(__name__)
 
@@ -129,10 +130,7 @@ def _audit_append(records: list[AuditRecord]) -> None:
                 sequence=sequence, previous_hash=previous_hash, fields=audit_record_fields(record)
             )
             previous_hash = record.record_hash
-        if len(records) == 1:
-            records[0].save(force_insert=True)
-        else:
-            AuditRecord.objects.bulk_create(records)
+        insert_rows(records)
         with connection.cursor() as cursor:
             cursor.execute(
                 f"UPDATE {connection.ops.quote_name(AuditChainHead._meta.db_table)} SET record_hash = %s WHERE id = 1",
