@@ -74,8 +74,10 @@ def insert_rows(instances: Sequence[Model], *, skip_conflicts: bool = False) -> 
         keys = [row[0] for row in cursor.fetchall()]
     if len(keys) != len(instances):
         return len(keys)
+    generated_key = isinstance(model._meta.pk, _AUTO_FIELDS)
     for instance, key in zip(instances, keys, strict=True):
-        instance.pk = key
+        if generated_key:
+            instance.pk = key
         instance._state.adding = False
         instance._state.db = connection.alias
     return len(keys)

@@ -40,7 +40,7 @@ from .models import (
     PreviewStatus,
 )
 from .registry import Action, registry
-from .rows import insert_rows
+from .rows import fetch_one, insert_rows, update_fields
 
 logger = logging.getLogger(__name__)
 
@@ -314,19 +314,17 @@ def _preview_insert_or_twin(preview: Preview) -> Preview | None:
     """Insert the preview, or return the open preview of the same proposal that is already there.
 
     The partial unique index on open previews decides, also under a race: nearly every proposal is
-    new, so no lookup is made first. A twin that expired is closed and the insert tried again.
+    new, so no lookup is made first, and the insert skips a conflicting row (ON CONFLICT DO NOTHING)
+    rather than failing, so that no savepoint is needed. A twin that expired is closed and the
+    insert tried again.
     """
     for _attempt in range(3):
-        try:
-            with transaction.atomic():
-                preview.save(force_insert=True)
+        if insert_rows([preview], skip_conflicts=True):
             return None
-        except IntegrityError as error:
-            conflict = error
         twin = Preview.objects.filter(proposal_key=preview.proposal_key, status__in=OPEN_STATUSES).first()
         if twin is not None and not preview_expire_if_due(twin):
             return twin
-    raise conflict
+    raise IntegrityError(f"Preview {preview.pk} conflicts with a row that is not an open twin")
 
 
 @_audited_transaction(savepoint=False)  # within idempotent_call's transaction, no savepoint of its own
@@ -444,23 +442,19 @@ def idempotent_call(
 
     The key row is inserted first in the same transaction as the work, so a concurrent
     request with the same key waits on the unique index and then replays the answer.
+    (Should that request roll back instead, this one's insert goes in and it does the work.)
     """
-    try:
-        with _audited_transaction():
-            record = IdempotencyRecord.objects.create(
-                agent_session=agent_session,
-                key=key,
-                request_fingerprint=fingerprint,
-                response_status=0,
-                response_body={},
-            )
+    with _audited_transaction():
+        record = IdempotencyRecord(
+            agent_session=agent_session, key=key, request_fingerprint=fingerprint, response_status=0, response_body={}
+        )
+        if insert_rows([record], skip_conflicts=True):
             status, body = run()
-            record.response_status = status
-            record.response_body = body
-            record.save(update_fields=["response_status", "response_body"])
+            record.response_status, record.response_body = status, body
+            update_fields(record, ["response_status", "response_body"])
             return status, body
-    except IntegrityError:
-        record = IdempotencyRecord.objects.get(agent_session=agent_session, key=key)
+        # The key is taken: by a committed request, or by one this insert waited for until it committed.
+        record = fetch_one(IdempotencyRecord, agent_session_id=agent_session.pk, key=key)
     if record.request_fingerprint != fingerprint:
         raise IdempotencyConflict(
             "This Idempotency-Key was already used with a different request body; "

@@ -10,6 +10,7 @@ from approvals.errors import PolicyRefusal
 from approvals.models import ApprovalRole, Preview
 from approvals.money import format_minor
 from approvals.registry import Action, DisplayRow, FactTable, Proposal, RuleResult
+from approvals.rows import fetch_one
 from approvals.selectors import amount_in_flight
 
 from .models import Order, Refund
@@ -53,10 +54,9 @@ class RefundOrderAction(Action):
         return bool(user.is_active)
 
     def propose(self, *, actor: Any, arguments: dict[str, Any]) -> Proposal:
-        try:
-            order = Order.objects.get(number=arguments["order_id"], customer=actor)
-        except Order.DoesNotExist:
-            raise order_unavailable(arguments["order_id"]) from None
+        order = fetch_one(Order, number=arguments["order_id"], customer_id=actor.pk)
+        if order is None:
+            raise order_unavailable(arguments["order_id"])
         refund_policy_check(
             order=order,
             amount_minor=arguments["amount_minor"],

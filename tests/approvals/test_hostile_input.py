@@ -586,9 +586,17 @@ def test_hostile_invoice_recipients_are_refused(alice, recipient):
 # Throttling ------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def throttle_clock(monkeypatch):
-    """The throttle's clock, moved by hand; and no counter left over in the shared cache."""
+@pytest.fixture(params=["locmem", "redis"])
+def throttle_clock(request, monkeypatch, settings):
+    """The throttle's clock, moved by hand; and no counter left over in the shared cache.
+
+    Each test runs against the in-memory cache (DRF's own sliding window) and against Redis (the
+    one-command sliding window that production uses), which must give the same answers."""
+    if request.param == "redis":
+        if not settings.REDIS_URL:
+            pytest.skip("needs REDIS_URL")
+        settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+                                       "LOCATION": settings.REDIS_URL, "KEY_PREFIX": f"test-{uuid.uuid4().hex}"}}
     clock = {"now": 1_000_000.0}
     monkeypatch.setattr(AgentSessionThrottle, "timer", lambda self: clock["now"])
     keys = []
