@@ -51,15 +51,11 @@ def _insert_statement(model: type[Model], *, rows: int, skip_conflicts: bool) ->
     return sql, fields
 
 
-def insert_rows(instances: Sequence[Model], *, skip_conflicts: bool = False) -> int:
-    """INSERT the instances (all of one model) in one statement, as `save(force_insert=True)` would.
+def insert_statement(instances: Sequence[Model], *, skip_conflicts: bool = False) -> tuple[str, list[Any]]:
+    """The `INSERT ... RETURNING <primary key>` of the instances (all of one model), and its parameters.
 
-    With `skip_conflicts`, a row that a unique constraint refuses is left out instead of raising
-    (ON CONFLICT DO NOTHING): no savepoint is needed to go on in the same transaction. Returns how
-    many rows went in; each inserted instance is then saved in Django's eyes (its primary key set).
+    insert_rows runs it; a caller may also embed it in a larger statement (a CTE), then mark_inserted.
     """
-    if not instances:
-        return 0
     model = type(instances[0])
     if skip_conflicts and len(instances) != 1:
         raise ValueError("skip_conflicts needs one row at a time, to know which one went in")
@@ -69,17 +65,34 @@ def insert_rows(instances: Sequence[Model], *, skip_conflicts: bool = False) -> 
         for instance in instances
         for field in fields
     ]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        keys = [row[0] for row in cursor.fetchall()]
-    if len(keys) != len(instances):
-        return len(keys)
-    generated_key = isinstance(model._meta.pk, _AUTO_FIELDS)
+    return sql, params
+
+
+def mark_inserted(instances: Sequence[Model], keys: Sequence[Any]) -> None:
+    """The instances are saved rows now, with these primary keys where the database chose them."""
+    generated_key = isinstance(instances[0]._meta.pk, _AUTO_FIELDS)
     for instance, key in zip(instances, keys, strict=True):
         if generated_key:
             instance.pk = key
         instance._state.adding = False
         instance._state.db = connection.alias
+
+
+def insert_rows(instances: Sequence[Model], *, skip_conflicts: bool = False) -> int:
+    """INSERT the instances (all of one model) in one statement, as `save(force_insert=True)` would.
+
+    With `skip_conflicts`, a row that a unique constraint refuses is left out instead of raising
+    (ON CONFLICT DO NOTHING): no savepoint is needed to go on in the same transaction. Returns how
+    many rows went in; each inserted instance is then saved in Django's eyes (its primary key set).
+    """
+    if not instances:
+        return 0
+    sql, params = insert_statement(instances, skip_conflicts=skip_conflicts)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        keys = [row[0] for row in cursor.fetchall()]
+    if len(keys) == len(instances):
+        mark_inserted(instances, keys)
     return len(keys)
 
 
@@ -100,9 +113,14 @@ def update_fields(instance: Model, names: Sequence[str]) -> None:
         cursor.execute(sql, params)
 
 
+def column_sql(model: type[Model], name: str) -> str:
+    """A model field's column, qualified by its table, to refer to from a subquery."""
+    return f"{_quoted(model._meta.db_table)}.{_quoted(model._meta.get_field(name).column)}"
+
+
 @cache
 def _select_statement(
-    model: type[Model], names: tuple[str, ...], lock: bool
+    model: type[Model], names: tuple[str, ...], lock: bool, extra_columns: tuple[str, ...]
 ) -> tuple[str, tuple[str, ...], tuple[Field, ...], tuple[list[tuple[Callable[..., Any], Any]], ...]]:
     meta = model._meta
     table = meta.db_table
@@ -113,29 +131,40 @@ def _select_statement(
         field_converters = connection.ops.get_db_converters(column) + column.get_db_converters(connection)
         converters.append([(convert, column) for convert in field_converters])
     where = " AND ".join(f"{_quoted(meta.get_field(name).column)} = %s" for name in names)
-    sql = (
-        f"SELECT {', '.join(_quoted(table) + '.' + _quoted(f.column) for f in columns)} "
-        f"FROM {_quoted(table)} WHERE {where}"
-    )
+    selected = [f"{_quoted(table)}.{_quoted(f.column)}" for f in columns] + [f"({sql})" for sql in extra_columns]
+    sql = f"SELECT {', '.join(selected)} FROM {_quoted(table)} WHERE {where}"
     if lock:
         sql += " FOR UPDATE"
     return sql, tuple(f.attname for f in columns), tuple(meta.get_field(name) for name in names), tuple(converters)
 
 
-def fetch_one(model: type[M], *, lock: bool = False, **equals: Any) -> M | None:
+def fetch_one(
+    model: type[M], *, lock: bool = False, extra: dict[str, tuple[str, Sequence[Any]]] | None = None, **equals: Any
+) -> M | None:
     """The one row whose fields equal `equals` (by field name or attname), or None: `.filter(...).first()`
-    without the ordering, for lookups by a unique key. `lock` adds FOR UPDATE where the database has it."""
+    without the ordering, for lookups by a unique key. `lock` adds FOR UPDATE where the database has it.
+
+    `extra` names scalar subqueries (SQL and its parameters) read in the same statement, as `annotate()`
+    would; each becomes an attribute of the instance.
+    """
     lock = lock and connection.features.has_select_for_update
-    sql, attnames, fields, converters = _select_statement(model, tuple(equals), lock)
-    params = [field.get_db_prep_value(value, connection) for field, value in zip(fields, equals.values(), strict=True)]
+    extra = extra or {}
+    sql, attnames, fields, converters = _select_statement(
+        model, tuple(equals), lock, tuple(subquery for subquery, _params in extra.values())
+    )
+    params = [value for _sql, subquery_params in extra.values() for value in subquery_params]
+    params += [field.get_db_prep_value(value, connection) for field, value in zip(fields, equals.values(), strict=True)]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
     if row is None:
         return None
     values = []
-    for value, field_converters in zip(row, converters, strict=True):
+    for value, field_converters in zip(row, converters, strict=False):
         for convert, column in field_converters:
             value = convert(value, column, connection)
         values.append(value)
-    return model.from_db(connection.alias, attnames, values)
+    instance = model.from_db(connection.alias, attnames, values)
+    for name, value in zip(extra, row[len(converters):], strict=True):
+        setattr(instance, name, value)
+    return instance

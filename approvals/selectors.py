@@ -23,24 +23,33 @@ def previews_in_flight(*, subject_type: str, subject_id: str, exclude: Any = Non
 
 
 @cache
-def _amount_in_flight_sql(*, excluding: bool) -> str:
+def _amount_in_flight_sql(*, subject_id: str, excluding: bool) -> str:
     table = connection.ops.quote_name(Preview._meta.db_table)
     codes = ", ".join(["%s"] * len(RETRYABLE_FAILURE_CODES))
     sql = (
-        f"SELECT COALESCE(SUM(amount_minor), 0) FROM {table} WHERE subject_type = %s AND subject_id = %s "
+        f"SELECT COALESCE(SUM(amount_minor), 0) FROM {table} WHERE subject_id = {subject_id} AND subject_type = %s "
         f"AND execution_started_at IS NOT NULL AND (status = %s OR (status = %s AND failure_code IN ({codes})))"
     )
     return sql + " AND id <> %s" if excluding else sql
 
 
+def _amount_in_flight_params(subject_type: str) -> list[Any]:
+    return [subject_type, PreviewStatus.APPROVED, PreviewStatus.FAILED, *sorted(RETRYABLE_FAILURE_CODES)]
+
+
 def amount_in_flight(*, subject_type: str, subject_id: str, exclude: Any = None) -> int:
     """The sum of previews_in_flight's amounts, in one statement whose SQL is built once: it is asked on
     every proposal and every execution (approvals/rows.py says why the ORM is avoided there)."""
-    params: list[Any] = [subject_type, subject_id, PreviewStatus.APPROVED, PreviewStatus.FAILED,
-                         *sorted(RETRYABLE_FAILURE_CODES)]
+    params: list[Any] = [subject_id, *_amount_in_flight_params(subject_type)]
     if exclude is not None:
         pk = Preview._meta.pk
         params.append(pk.get_db_prep_value(pk.to_python(exclude), connection))
     with connection.cursor() as cursor:
-        cursor.execute(_amount_in_flight_sql(excluding=exclude is not None), params)
+        cursor.execute(_amount_in_flight_sql(subject_id="%s", excluding=exclude is not None), params)
         return int(cursor.fetchone()[0])
+
+
+def amount_in_flight_subquery(*, subject_type: str, subject_id_column: str) -> tuple[str, list[Any]]:
+    """amount_in_flight as a scalar subquery (SQL, parameters) over a column of the caller's own query,
+    for `rows.fetch_one(extra=...)`: the subject and what is in flight on it in one round trip."""
+    return _amount_in_flight_sql(subject_id=subject_id_column, excluding=False), _amount_in_flight_params(subject_type)

@@ -10,8 +10,8 @@ from approvals.errors import PolicyRefusal
 from approvals.models import ApprovalRole, Preview
 from approvals.money import format_minor
 from approvals.registry import Action, DisplayRow, FactTable, Proposal, RuleResult
-from approvals.rows import fetch_one
-from approvals.selectors import amount_in_flight
+from approvals.rows import column_sql, fetch_one
+from approvals.selectors import amount_in_flight, amount_in_flight_subquery
 
 from .models import Order, Refund
 from .policy import order_unavailable, refund_policy_check, refund_policy_checks
@@ -54,14 +54,17 @@ class RefundOrderAction(Action):
         return bool(user.is_active)
 
     def propose(self, *, actor: Any, arguments: dict[str, Any]) -> Proposal:
-        order = fetch_one(Order, number=arguments["order_id"], customer_id=actor.pk)
+        in_flight = amount_in_flight_subquery(subject_type="order", subject_id_column=column_sql(Order, "number"))
+        order = fetch_one(
+            Order, extra={"in_flight_minor": in_flight}, number=arguments["order_id"], customer_id=actor.pk
+        )
         if order is None:
             raise order_unavailable(arguments["order_id"])
         refund_policy_check(
             order=order,
             amount_minor=arguments["amount_minor"],
             reason=arguments["reason"],
-            in_flight_minor=_in_flight(order),
+            in_flight_minor=int(order.in_flight_minor),
         )
         required = [ApprovalRole.CUSTOMER.value]
         if staff_review_required(arguments["amount_minor"], order.currency):

@@ -1,0 +1,121 @@
+"""The hot paths' statements (approvals/rows.py, amount_in_flight) give what the ORM gives."""
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from approvals.models import RETRYABLE_FAILURE_CODES, IdempotencyRecord, Preview, PreviewStatus
+from approvals.rows import column_sql, fetch_one, insert_rows, update_fields
+from approvals.selectors import amount_in_flight, amount_in_flight_subquery, previews_in_flight
+from refunds.models import Order
+from tests.conftest import agent_client_for
+
+
+def preview_for(order, *, amount_minor=100, status=PreviewStatus.AWAITING_CUSTOMER, started=False, code="",
+                proposal_key=None):
+    return Preview(
+        action="refund_order", actor=order.customer, subject_type="order", subject_id=order.number,
+        subject_version=order.version, amount_minor=amount_minor, currency=order.currency,
+        payload={"order_id": order.number, "amount_minor": amount_minor, "reason": "damaged", "note": "ü €"},
+        required_approvals=["customer"], status=status, failure_code=code,
+        proposal_key=proposal_key or uuid.uuid4().hex, digest="d" * 64,
+        expires_at=timezone.now() + timedelta(minutes=15),
+        execution_started_at=timezone.now() if started else None,
+    )
+
+
+def test_insert_rows_writes_what_save_would(o12):
+    preview = preview_for(o12)
+
+    assert insert_rows([preview]) == 1
+
+    assert preview._state.adding is False
+    stored = Preview.objects.get(pk=preview.pk)
+    assert stored.payload == preview.payload
+    assert stored.created_at == preview.created_at  # auto_now_add ran, as in save()
+    assert stored.created_at is not None and stored.status_changed_at is not None
+    assert (stored.actor_id, stored.amount_minor, stored.required_approvals) == (o12.customer_id, 100, ["customer"])
+
+
+def test_insert_rows_sets_generated_keys_in_order(alice):
+    session = agent_client_for(alice).agent_session
+    records = [IdempotencyRecord(agent_session=session, key=f"k{i}", request_fingerprint="f", response_status=0,
+                                 response_body={"i": i}) for i in range(3)]
+
+    assert insert_rows(records) == 3
+
+    assert [IdempotencyRecord.objects.get(pk=r.pk).response_body for r in records] == [{"i": 0}, {"i": 1}, {"i": 2}]
+
+
+def test_skip_conflicts_leaves_out_a_refused_row_and_the_transaction_goes_on(o12):
+    first = preview_for(o12, proposal_key="same")
+    twin = preview_for(o12, proposal_key="same")
+    with transaction.atomic():
+        assert insert_rows([first], skip_conflicts=True) == 1
+        assert insert_rows([twin], skip_conflicts=True) == 0
+        assert twin._state.adding is True
+        assert Preview.objects.count() == 1  # the transaction is still usable
+
+    with pytest.raises(IntegrityError), transaction.atomic():
+        insert_rows([preview_for(o12, proposal_key="same")])
+
+
+def test_update_fields_writes_only_the_named_fields_and_moves_auto_now(o12):
+    preview = preview_for(o12)
+    insert_rows([preview])
+    before = Preview.objects.get(pk=preview.pk).status_changed_at
+    preview.status, preview.failure_reason = PreviewStatus.DECLINED, "not written"
+
+    update_fields(preview, ["status", "status_changed_at"])
+
+    stored = Preview.objects.get(pk=preview.pk)
+    assert stored.status == PreviewStatus.DECLINED
+    assert stored.failure_reason == ""
+    assert stored.status_changed_at > before
+
+
+def test_fetch_one_reads_what_the_orm_reads(o12):
+    preview = preview_for(o12, started=True)
+    insert_rows([preview])
+
+    fetched = fetch_one(Preview, id=preview.pk)
+    expected = Preview.objects.get(pk=preview.pk)
+
+    assert fetched is not None and fetched._state.adding is False
+    for field in Preview._meta.concrete_fields:
+        assert getattr(fetched, field.attname) == getattr(expected, field.attname), field.name
+    assert fetch_one(Order, number=o12.number, customer_id=o12.customer_id).pk == o12.pk
+    assert fetch_one(Order, number=o12.number, customer_id=o12.customer_id + 1) is None
+    assert fetch_one(Order, number="no-such-order", customer_id=o12.customer_id) is None
+
+
+@pytest.mark.parametrize(
+    ("status", "started", "code", "counts"),
+    [
+        (PreviewStatus.APPROVED, True, "", True),
+        (PreviewStatus.APPROVED, False, "", False),
+        (PreviewStatus.EXECUTED, True, "", False),
+        *[(PreviewStatus.FAILED, True, code, True) for code in sorted(RETRYABLE_FAILURE_CODES)],
+        (PreviewStatus.FAILED, True, "declined_by_gateway", False),
+        (PreviewStatus.SUPERSEDED, True, "", False),
+    ],
+)
+def test_the_amount_in_flight_agrees_with_the_previews_in_flight(o12, ord4417, status, started, code, counts):
+    insert_rows([preview_for(o12, amount_minor=300, status=status, started=started, code=code)])
+    insert_rows([preview_for(o12, amount_minor=40, status=PreviewStatus.APPROVED, started=True)])
+    insert_rows([preview_for(ord4417, amount_minor=5000, status=PreviewStatus.APPROVED, started=True)])
+    in_flight = previews_in_flight(subject_type="order", subject_id=o12.number)
+    expected = sum(p.amount_minor for p in in_flight)
+
+    assert expected == (340 if counts else 40)
+    assert amount_in_flight(subject_type="order", subject_id=o12.number) == expected
+    excluded = in_flight.order_by("amount_minor").first()
+    assert amount_in_flight(subject_type="order", subject_id=o12.number, exclude=excluded.pk) == expected - 40
+    assert amount_in_flight(subject_type="order", subject_id=o12.number, exclude=str(excluded.pk)) == expected - 40
+    subquery = amount_in_flight_subquery(subject_type="order", subject_id_column=column_sql(Order, "number"))
+    order = fetch_one(Order, extra={"in_flight_minor": subquery}, number=o12.number, customer_id=o12.customer_id)
+    assert order.in_flight_minor == expected
+    assert order.remaining_minor == o12.remaining_minor
