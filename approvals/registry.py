@@ -121,12 +121,16 @@ class Action(ABC):
     idempotent_effect: bool = True
 
     @abstractmethod
-    def perform(self, *, preview: Preview) -> dict[str, Any]:
+    def perform(self, *, preview: Preview, subject: Model | None = None) -> dict[str, Any]:
         """Make the outside effect (pay, send) for an approved preview, holding no database locks.
 
         Must be idempotent per preview (e.g. the provider's idempotency key `refund:<preview id>`):
         after a crash or a time-out it is called again and must return the effect already made.
         Raise TransientExecutionError to retry later, ExecutionFailure to fail the preview.
+
+        `subject` is the subject as this run read and checked it under lock just before (its lock
+        is released: read only what the check covered), or None (a run resuming a started
+        execution, or an effect made under the preview's lock): then read what you need.
         """
         ...
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import cache
 from typing import Any
 
 from django.conf import settings
@@ -489,7 +490,7 @@ def _mark(preview: Preview, status: PreviewStatus, *, code: str = "", reason: st
     preview.status = status
     preview.failure_code = code
     preview.failure_reason = reason
-    preview.save(update_fields=["status", "failure_code", "failure_reason", "status_changed_at"])
+    update_fields(preview, ["status", "failure_code", "failure_reason", "status_changed_at"])
 
 
 def preview_expire_if_due(preview: Preview, *, now: Any = None) -> bool:
@@ -571,10 +572,11 @@ def preview_approve(
     """
     error: DecisionError | None = None
     with _audited_transaction():
-        queryset = Preview.objects.select_for_update()
-        if role == ApprovalRole.CUSTOMER:
-            queryset = queryset.filter(actor=approver)
-        preview = queryset.get(pk=preview_id)
+        # The customer may only confirm their own previews: someone else's is as if it did not exist.
+        owner = {"actor_id": approver.pk} if role == ApprovalRole.CUSTOMER else {}
+        preview = fetch_one(Preview, lock=True, id=preview_id, **owner)
+        if preview is None:
+            raise Preview.DoesNotExist(f"No preview {preview_id} for {approver}")
         error = _decision_error(preview, approver=approver, role=role, digest=digest)
         if error is None:
             action = registry.action(preview.action)
@@ -593,17 +595,22 @@ def preview_approve(
                     code="superseded",
                 )
         if error is None:
-            Approval.objects.create(
-                preview=preview,
-                approver=approver,
-                role=role,
-                basis=basis,
-                digest=digest,
-                subject_version=preview.subject_version,
-            )
-            approved_roles = set(preview.approvals.values_list("role", flat=True))
+            insert_rows([
+                Approval(
+                    preview=preview,
+                    approver=approver,
+                    role=role,
+                    basis=basis,
+                    digest=digest,
+                    subject_version=preview.subject_version,
+                )
+            ])
+            approved_roles = {role}
+            if any(required != role for required in preview.required_approvals):
+                # Another role's approval may be here already (a standing grant).
+                approved_roles.update(preview.approvals.values_list("role", flat=True))
             preview.status = _status_awaiting(preview.required_approvals, approved_roles)
-            preview.save(update_fields=["status", "status_changed_at"])
+            update_fields(preview, ["status", "status_changed_at"])
             event = AuditEvent.CONFIRMED if role == ApprovalRole.CUSTOMER else AuditEvent.APPROVED
             audit_record(
                 event=event,
@@ -697,14 +704,16 @@ def _decision_error(
 # Execution -----------------------------------------------------------------------------------
 
 
-def _execution_problem(preview: Preview, action: Action, subject: Any) -> tuple[PreviewStatus, str, str] | None:
+def _execution_problem(
+    preview: Preview, action: Action, subject: Any, approvals: list[Approval]
+) -> tuple[PreviewStatus, str, str] | None:
     if subject is None:
         return PreviewStatus.FAILED, "subject_unavailable", "The order or invoice no longer exists."
     if _preview_digest(preview) != preview.digest:
         return PreviewStatus.FAILED, "digest_mismatch", "The preview does not match what was approved."
-    approvals = {a.role: a for a in preview.approvals.all()}
+    by_role = {a.role: a for a in approvals}
     for role in preview.required_approvals:
-        approval = approvals.get(role)
+        approval = by_role.get(role)
         if (
             approval is None
             or approval.digest != preview.digest
@@ -733,64 +742,94 @@ def preview_execute(*, preview_id: Any) -> Preview | None:
     Raises TransientExecutionError (from the action) when a retry may succeed.
     """
     try:
-        preview, action = _execution_begin(preview_id)
-        if action is None:
-            return preview
-        if not action.idempotent_effect:
-            return _execution_finish(preview_id, action, effect=None)
-        effect = action.perform(preview=preview)
-        return _execution_finish(preview_id, action, effect=effect)
+        begun = _execution_begin(preview_id)
+        if begun.action is None:
+            return begun.preview
+        if not begun.action.idempotent_effect:
+            return _execution_finish(preview_id, begun.action, effect=None, approvals=begun.approvals)
+        effect = begun.action.perform(preview=begun.preview, subject=begun.subject)
+        return _execution_finish(preview_id, begun.action, effect=effect, approvals=begun.approvals)
     except ExecutionFailure as failure:
         return preview_fail(preview_id=preview_id, code=failure.code, reason=failure.message, facts=failure.facts)
 
 
-def _execution_begin(preview_id: Any) -> tuple[Preview | None, Action | None]:
-    """Step 1. Returns the action when the effect should be made (now or again), else None."""
+@cache
+def _approvals_sql() -> str:
+    quote = connection.ops.quote_name
+    column = Approval._meta.get_field("preview").column
+    return f"SELECT * FROM {quote(Approval._meta.db_table)} WHERE {quote(column)} = %s"
+
+
+def _approvals_of(preview: Preview) -> list[Approval]:
+    """`list(preview.approvals.all())`, with its SQL built once: every execution reads them."""
+    key = Preview._meta.pk.get_db_prep_value(preview.pk, connection)
+    return list(Approval.objects.raw(_approvals_sql(), [key]))
+
+
+@dataclass(frozen=True)
+class _Begun:
+    """What step 1 leaves for steps 2 and 3. `action` is None when there is nothing to do. `subject`
+    and `approvals` are as step 1 checked them under lock, or None when this run resumes an execution
+    that an earlier run started (it checked nothing: the later steps read what they need)."""
+
+    preview: Preview | None
+    action: Action | None = None
+    subject: Any = None
+    approvals: list[Approval] | None = None
+
+
+def _execution_begin(preview_id: Any) -> _Begun:
+    """Step 1. Returns the action when the effect should be made (now or again)."""
     with _audited_transaction():
-        try:
-            preview = Preview.objects.select_for_update().get(pk=preview_id)
-        except Preview.DoesNotExist:
+        preview = fetch_one(Preview, lock=True, id=preview_id)
+        if preview is None:
             logger.warning("execute_preview: no preview %s", preview_id)
-            return None, None
+            return _Begun(None)
         if preview.status != PreviewStatus.APPROVED:
-            return preview, None
+            return _Begun(preview)
         action = registry.action(preview.action)
         if action is None:
             raise ExecutionFailure(f"No action {preview.action!r} is registered.", code="unknown_action")
         if preview.execution_started_at is not None:
-            return preview, action
+            return _Begun(preview, action)
         subject = action.lock_subject(preview)
-        problem = _execution_problem(preview, action, subject)
+        approvals = _approvals_of(preview)
+        problem = _execution_problem(preview, action, subject, approvals)
         if problem is not None:
             status, code, reason = problem
             _mark(preview, status, code=code, reason=reason)
             event = AuditEvent.SUPERSEDED if status == PreviewStatus.SUPERSEDED else AuditEvent.EXECUTION_FAILED
             audit_record(event=event, preview=preview, result={"code": code, "reason": reason})
-            return preview, None
+            return _Begun(preview)
         try:
             action.revalidate(preview=preview, subject=subject)
         except PolicyRefusal as refusal:
             _mark(preview, PreviewStatus.FAILED, code=refusal.code, reason=refusal.message)
             audit_record(event=AuditEvent.EXECUTION_FAILED, preview=preview, result={"error": refusal.as_dict()})
-            return preview, None
+            return _Begun(preview)
         preview.execution_started_at = timezone.now()
-        preview.save(update_fields=["execution_started_at", "status_changed_at"])
+        update_fields(preview, ["execution_started_at", "status_changed_at"])
         audit_record(
             event=AuditEvent.EXECUTION_STARTED,
             preview=preview,
             result={"subject_version": action.subject_version(subject)},
         )
-        return preview, action
+        return _Begun(preview, action, subject, approvals)
 
 
-def _execution_finish(preview_id: Any, action: Action, effect: dict[str, Any] | None) -> Preview:
+def _execution_finish(
+    preview_id: Any, action: Action, effect: dict[str, Any] | None, approvals: list[Approval] | None
+) -> Preview:
     """Step 3: record the effect and mark the preview executed (once, whoever gets here first).
 
     Without an effect in hand (an action whose effect is not idempotent), make it here, under the
-    preview's lock: a second run waits, then finds the preview executed.
+    preview's lock: a second run waits, then finds the preview executed. `approvals` are the ones
+    step 1 checked (approvals are never changed once the preview is approved), None to read them.
     """
     with _audited_transaction():
-        preview = Preview.objects.select_for_update().get(pk=preview_id)
+        preview = fetch_one(Preview, lock=True, id=preview_id)
+        if preview is None:
+            raise Preview.DoesNotExist(f"No preview {preview_id}")
         if preview.status != PreviewStatus.APPROVED:
             if effect is not None and preview.status != PreviewStatus.EXECUTED:
                 logger.error("Preview %s is %s but its effect was made: %s", preview_id, preview.status, effect)
@@ -804,13 +843,13 @@ def _execution_finish(preview_id: Any, action: Action, effect: dict[str, Any] | 
         preview.status = PreviewStatus.EXECUTED
         preview.result = result
         preview.executed_at = timezone.now()
-        preview.save(update_fields=["status", "result", "executed_at", "status_changed_at"])
+        update_fields(preview, ["status", "result", "executed_at", "status_changed_at"])
         audit_record(
             event=AuditEvent.EXECUTED,
             preview=preview,
             approval_basis={
                 a.role: {"approver": a.approver_id, "digest": a.digest, "basis": a.basis}
-                for a in preview.approvals.all()
+                for a in (_approvals_of(preview) if approvals is None else approvals)
             },
             result=result,
         )
@@ -825,16 +864,10 @@ def _supersede_siblings(preview: Preview, action: Action, subject: Any) -> None:
     before waiting for the subject (the lock order everywhere), so waiting here would deadlock.
     It checks the subject version once it gets the subject and supersedes the sibling itself.
     """
-    new_version = action.subject_version(subject)
-    siblings = (
-        Preview.objects.select_for_update(skip_locked=True)
-        .filter(subject_type=preview.subject_type, subject_id=preview.subject_id, status__in=OPEN_STATUSES)
-        .filter(execution_started_at__isnull=True)  # one already started may have moved money: it completes
-        .exclude(pk=preview.pk)
-        .exclude(subject_version=new_version)
-        .order_by("pk")
-    )
-    for sibling in siblings:
+    sibling_ids = _sibling_ids_to_supersede(preview, new_version=action.subject_version(subject))
+    if not sibling_ids:  # the usual case: one statement, its SQL built once per process
+        return
+    for sibling in Preview.objects.filter(pk__in=sibling_ids).order_by("pk"):  # locked by us already
         _mark(
             sibling,
             PreviewStatus.SUPERSEDED,
@@ -844,10 +877,33 @@ def _supersede_siblings(preview: Preview, action: Action, subject: Any) -> None:
         audit_record(event=AuditEvent.SUPERSEDED, preview=sibling, result={"by_preview": str(preview.pk)})
 
 
+@cache
+def _sibling_ids_sql(*, lock: bool) -> str:
+    table = connection.ops.quote_name(Preview._meta.db_table)
+    statuses = ", ".join(["%s"] * len(OPEN_STATUSES))
+    sql = (
+        f"SELECT id FROM {table} WHERE subject_type = %s AND subject_id = %s AND status IN ({statuses}) "
+        # One already started may have moved money: it completes.
+        "AND execution_started_at IS NULL AND id <> %s AND subject_version <> %s ORDER BY id"
+    )
+    return sql + " FOR UPDATE SKIP LOCKED" if lock else sql
+
+
+def _sibling_ids_to_supersede(preview: Preview, *, new_version: int) -> list[Any]:
+    """Lock (skipping those locked elsewhere) the subject's other open previews, not started, made
+    against another version than `new_version`; their ids in order."""
+    pk = Preview._meta.pk
+    params = [preview.subject_type, preview.subject_id, *(status.value for status in OPEN_STATUSES),
+              pk.get_db_prep_value(preview.pk, connection), new_version]
+    with connection.cursor() as cursor:
+        cursor.execute(_sibling_ids_sql(lock=connection.features.has_select_for_update_skip_locked), params)
+        return [row[0] for row in cursor.fetchall()]
+
+
 def preview_fail(*, preview_id: Any, code: str, reason: str, facts: dict[str, Any] | None = None) -> Preview | None:
     """Mark an approved preview failed for good (a permanent refusal, or retries exhausted)."""
     with _audited_transaction():
-        preview = Preview.objects.select_for_update().filter(pk=preview_id).first()
+        preview = fetch_one(Preview, lock=True, id=preview_id)
         if preview is None or preview.status != PreviewStatus.APPROVED:
             return preview
         _mark(preview, PreviewStatus.FAILED, code=code, reason=reason)

@@ -129,7 +129,7 @@ class SendInvoiceAction(Action):
             raise invoice_unavailable(invoice.number)
         send_invoice_policy_check(invoice=invoice, recipient=preview.payload["recipient"])
 
-    def perform(self, *, preview: Preview) -> dict[str, Any]:
+    def perform(self, *, preview: Preview, subject: Any = None) -> dict[str, Any]:
         invoice = Invoice.objects.filter(number=preview.subject_id).first()
         if invoice is None:
             raise InvoiceSendRefused(f"Invoice {preview.subject_id} no longer exists.", code="subject_unavailable")

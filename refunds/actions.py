@@ -85,10 +85,7 @@ class RefundOrderAction(Action):
         )
 
     def lock_subject(self, preview: Preview) -> Order | None:
-        try:
-            return Order.objects.select_for_update().get(number=preview.subject_id)
-        except Order.DoesNotExist:
-            return None
+        return fetch_one(Order, lock=True, number=preview.subject_id)
 
     def revalidate(self, *, preview: Preview, subject: Any) -> None:
         order: Order = subject
@@ -106,8 +103,8 @@ class RefundOrderAction(Action):
             in_flight_minor=_in_flight(order, exclude=preview.pk),
         )
 
-    def perform(self, *, preview: Preview) -> dict[str, Any]:
-        return refund_pay(preview=preview)
+    def perform(self, *, preview: Preview, subject: Any = None) -> dict[str, Any]:
+        return refund_pay(preview=preview, order=subject)
 
     def record(self, *, preview: Preview, subject: Any, effect: dict[str, Any]) -> dict[str, Any]:
         return refund_record(preview=preview, order=subject, refund_id=effect["refund_id"])

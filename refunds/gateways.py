@@ -9,9 +9,9 @@ from typing import Protocol
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.db import IntegrityError, transaction
 
-from approvals.errors import ExecutionFailure
+from approvals.errors import ExecutionFailure, TransientExecutionError
+from approvals.rows import fetch_one, insert_rows
 
 from .models import LocalGatewayRefund
 
@@ -53,18 +53,19 @@ class LocalGateway:
     def refund(
         self, *, payment_ref: str, amount_minor: int, currency: str, idempotency_key: str
     ) -> GatewayRefund:
-        # Insert first: a key is nearly always new, and the unique key answers a repeat (or a race).
-        try:
-            with transaction.atomic():
-                existing = LocalGatewayRefund.objects.create(
-                    idempotency_key=idempotency_key,
-                    refund_id="lr_" + secrets.token_hex(12),
-                    payment_ref=payment_ref,
-                    amount_minor=amount_minor,
-                    currency=currency,
-                )
-        except IntegrityError:
-            existing = LocalGatewayRefund.objects.get(idempotency_key=idempotency_key)
+        # Insert first: a key is nearly always new, and the unique key answers a repeat (or a race): the
+        # insert then skips the row (waiting for a racing insert to commit first) and the first is read.
+        existing = LocalGatewayRefund(
+            idempotency_key=idempotency_key,
+            refund_id="lr_" + secrets.token_hex(12),
+            payment_ref=payment_ref,
+            amount_minor=amount_minor,
+            currency=currency,
+        )
+        if not insert_rows([existing], skip_conflicts=True):
+            existing = fetch_one(LocalGatewayRefund, idempotency_key=idempotency_key)
+            if existing is None:  # the skipped row clashed on its random refund id instead
+                raise TransientExecutionError(f"The local gateway could not store the refund {idempotency_key}.")
         if (existing.payment_ref, existing.amount_minor, existing.currency) != (payment_ref, amount_minor, currency):
             raise GatewayDeclined(
                 f"The idempotency key {idempotency_key} was used for a different refund.",

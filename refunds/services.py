@@ -6,6 +6,7 @@ from django.contrib.auth import get_user_model
 from django.db.models import F
 
 from approvals.models import Preview
+from approvals.rows import fetch_one, insert_rows, update_fields
 
 from .gateways import payment_gateway
 from .models import Order, Refund
@@ -34,9 +35,16 @@ def order_upsert(data: dict[str, Any]) -> str:
     return "updated"
 
 
-def refund_pay(*, preview: Preview) -> dict[str, Any]:
-    """Ask the gateway for the refund, keyed by the preview: asking again returns the same refund."""
-    order = Order.objects.get(number=preview.subject_id)
+def refund_pay(*, preview: Preview, order: Order | None = None) -> dict[str, Any]:
+    """Ask the gateway for the refund, keyed by the preview: asking again returns the same refund.
+
+    `order` is the order as the executor just checked it under lock (its version is the preview's),
+    or None to read it here.
+    """
+    if order is None:
+        order = fetch_one(Order, number=preview.subject_id)
+        if order is None:
+            raise Order.DoesNotExist(f"No order {preview.subject_id}")
     gateway_refund = payment_gateway().refund(
         payment_ref=order.payment_ref or order.number,
         amount_minor=preview.amount_minor,
@@ -49,17 +57,19 @@ def refund_pay(*, preview: Preview) -> dict[str, Any]:
 
 def refund_record(*, preview: Preview, order: Order, refund_id: str) -> dict[str, Any]:
     """Write the paid refund to the ledger and the order. Runs under the engine's locks."""
-    Refund.objects.create(
-        order=order,
-        preview=preview,
-        amount_minor=preview.amount_minor,
-        currency=preview.currency,
-        reason=preview.payload["reason"],
-        gateway_refund_id=refund_id,
-    )
+    insert_rows([
+        Refund(
+            order=order,
+            preview=preview,
+            amount_minor=preview.amount_minor,
+            currency=preview.currency,
+            reason=preview.payload["reason"],
+            gateway_refund_id=refund_id,
+        )
+    ])
     order.refunded_minor += preview.amount_minor
     order.version += 1
-    order.save(update_fields=["refunded_minor", "version", "updated_at"])
+    update_fields(order, ["refunded_minor", "version", "updated_at"])
     return {
         "refund_id": refund_id,
         "order_id": order.number,

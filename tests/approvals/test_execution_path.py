@@ -1,0 +1,98 @@
+"""The execution path reads and writes each row once per step: step 1's checks (the order, the
+approvals) are handed on to steps 2 and 3 instead of read again, and a run that resumes a started
+execution reads them itself."""
+
+from unittest import mock
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from approvals.errors import TransientExecutionError
+from approvals.models import ApprovalRole, AuditRecord, Preview, PreviewStatus
+from approvals.services import preview_approve, preview_execute
+from refunds.gateways import LocalGateway
+from refunds.models import LocalGatewayRefund, Order, Refund
+from tests.conftest import events, propose
+
+
+def approved_preview(agent, person, capture, amount_minor=500) -> Preview:
+    response = propose(agent, order_id="o-12", amount_minor=amount_minor, reason="damaged")
+    assert response.status_code == 201, response.json()
+    preview = Preview.objects.get(pk=response.json()["preview"]["id"])
+    with capture(execute=False):
+        preview_approve(preview_id=preview.pk, approver=person, role=ApprovalRole.CUSTOMER, digest=preview.digest)
+    return preview
+
+
+def statements_on(table: str, queries: list[dict]) -> list[str]:
+    return [q["sql"] for q in queries if f'"{table}"' in q["sql"]]
+
+
+def test_the_order_and_the_approvals_are_read_once_per_locked_step(
+    alice, o12, alice_agent, django_capture_on_commit_callbacks
+):
+    preview = approved_preview(alice_agent, alice, django_capture_on_commit_callbacks)
+
+    with CaptureQueriesContext(connection) as queries:
+        assert preview_execute(preview_id=preview.pk).status == PreviewStatus.EXECUTED
+
+    order_reads = [sql for sql in statements_on("refunds_order", queries) if sql.startswith("SELECT")]
+    assert len(order_reads) == 2  # locked in step 1 and in step 3; the payment reference is step 1's
+    assert len(statements_on("approvals_approval", queries)) == 1  # checked in step 1, recorded in step 3
+    executed = AuditRecord.objects.get(preview=preview, event="executed")
+    approval = preview.approvals.get()
+    assert executed.approval_basis == {
+        "customer": {"approver": alice.pk, "digest": preview.digest, "basis": approval.basis}
+    }
+    assert LocalGatewayRefund.objects.get().payment_ref == o12.payment_ref
+
+
+@pytest.mark.postgres
+def test_an_execution_takes_at_most_twenty_statements(alice, o12, alice_agent, django_capture_on_commit_callbacks):
+    """Three transactions (check and reserve, the gateway's insert, record) and the audit records."""
+    preview = approved_preview(alice_agent, alice, django_capture_on_commit_callbacks)
+
+    with CaptureQueriesContext(connection) as queries:
+        preview_execute(preview_id=preview.pk)
+
+    assert len(queries) <= 20, "\n".join(q["sql"][:100] for q in queries)
+
+
+def test_a_resumed_execution_reads_the_order_and_the_approvals_itself(
+    alice, o12, alice_agent, django_capture_on_commit_callbacks
+):
+    preview = approved_preview(alice_agent, alice, django_capture_on_commit_callbacks)
+    with (
+        mock.patch.object(LocalGateway, "refund", side_effect=TransientExecutionError("time-out")),
+        pytest.raises(TransientExecutionError),
+    ):
+        preview_execute(preview_id=preview.pk)
+    preview.refresh_from_db()
+    assert preview.status == PreviewStatus.APPROVED and preview.execution_started_at is not None
+
+    assert preview_execute(preview_id=preview.pk).status == PreviewStatus.EXECUTED
+
+    assert LocalGatewayRefund.objects.get().payment_ref == o12.payment_ref
+    assert Refund.objects.get().preview_id == preview.pk
+    executed = AuditRecord.objects.get(preview=preview, event="executed")
+    assert set(executed.approval_basis) == {"customer"}
+    assert executed.approval_basis["customer"]["approver"] == alice.pk
+    assert events(preview) == ["proposed", "confirmed", "execution_started", "executed"]
+    assert Order.objects.get(pk=o12.pk).refunded_minor == 500
+
+
+def test_the_local_gateway_asks_for_a_retry_when_its_refund_id_is_taken(o12):
+    LocalGatewayRefund.objects.create(
+        idempotency_key="refund:other", refund_id="lr_" + "0" * 24, payment_ref="pi_x", amount_minor=1, currency="EUR"
+    )
+
+    asked = {"payment_ref": "pi_o-12", "amount_minor": 500, "currency": "EUR", "idempotency_key": "refund:new"}
+    with (
+        mock.patch("refunds.gateways.secrets.token_hex", return_value="0" * 24),
+        pytest.raises(TransientExecutionError),
+    ):
+        LocalGateway().refund(**asked)
+
+    assert not LocalGatewayRefund.objects.filter(idempotency_key="refund:new").exists()
+    assert LocalGateway().refund(**asked) == LocalGateway().refund(**asked)  # the retry pays, once
