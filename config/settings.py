@@ -70,6 +70,16 @@ DATABASES["default"]["ATOMIC_REQUESTS"] = False
 # `?conn_max_age=` in DATABASE_URL wins.
 DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DATABASE_CONN_MAX_AGE", default=60))
 DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", env.bool("DATABASE_CONN_HEALTH_CHECKS", default=True))
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # Parameters bound by the server, and each statement prepared on its connection once it has run
+    # DATABASE_PREPARE_THRESHOLD times: the hot paths run the same few statements, and planning them
+    # again each time was almost half of PostgreSQL's work (docs/benchmarks.md). Behind a PgBouncer in
+    # transaction mode older than 1.21, set DATABASE_PREPARE_THRESHOLD=off.
+    _prepare_threshold = env.str("DATABASE_PREPARE_THRESHOLD", default="2")
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        server_side_binding=True,
+        prepare_threshold=None if _prepare_threshold.lower() in ("off", "none", "") else int(_prepare_threshold),
+    )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
