@@ -4,6 +4,7 @@ Every value comes from the environment, with defaults measured by `make bench` (
 Run it behind a proxy or load balancer that terminates TLS (and then set HTTPS=true).
 """
 
+import gc
 import multiprocessing
 import os
 
@@ -36,6 +37,13 @@ backlog = _int("GUNICORN_BACKLOG", 2048)
 # Load Django once in the master, then fork: faster starts, shared memory. Database connections are
 # opened lazily by each worker after the fork, never inherited.
 preload_app = True
+
+
+def when_ready(server):  # type: ignore[no-untyped-def]
+    """Before the workers are forked: the loaded application's objects (about 100,000) live as long as
+    the workers, so keep them out of the garbage collector's full passes, which otherwise scan them all
+    (about 22 ms, landing on whichever request triggers it) and touch every shared page."""
+    gc.freeze()
 
 # Request lines and bodies are bounded by Django (DATA_UPLOAD_MAX_MEMORY_SIZE) and by these.
 limit_request_line = 4094
