@@ -4,22 +4,8 @@ from functools import cache
 from typing import Any
 
 from django.db import connection
-from django.db.models import Q, QuerySet
 
 from .models import RETRYABLE_FAILURE_CODES, Preview, PreviewStatus
-
-
-def previews_in_flight(*, subject_type: str, subject_id: str, exclude: Any = None) -> QuerySet[Preview]:
-    """Previews whose outside effect may already exist but is not recorded yet (started, not finished,
-    or failed in a way a retry completes). Their amounts are spoken for."""
-    return (
-        Preview.objects.filter(subject_type=subject_type, subject_id=subject_id, execution_started_at__isnull=False)
-        .filter(
-            Q(status=PreviewStatus.APPROVED)
-            | Q(status=PreviewStatus.FAILED, failure_code__in=RETRYABLE_FAILURE_CODES)
-        )
-        .exclude(pk=exclude)
-    )
 
 
 @cache
@@ -38,8 +24,10 @@ def _amount_in_flight_params(subject_type: str) -> list[Any]:
 
 
 def amount_in_flight(*, subject_type: str, subject_id: str, exclude: Any = None) -> int:
-    """The sum of previews_in_flight's amounts, in one statement whose SQL is built once: it is asked on
-    every proposal and every execution (approvals/rows.py says why the ORM is avoided there)."""
+    """What executions in flight take from the subject: the amounts of its previews whose outside effect
+    may already exist but is not recorded yet (started and still approved, or failed in a way a retry
+    completes). One statement whose SQL is built once: it is asked on every proposal and every
+    execution (approvals/rows.py says why the ORM is avoided there)."""
     params: list[Any] = [subject_id, *_amount_in_flight_params(subject_type)]
     if exclude is not None:
         pk = Preview._meta.pk

@@ -415,28 +415,8 @@ def proposal_submit(
 def _apply_standing_grant(preview: Preview, action: Action) -> None:
     """An approval given in advance for exactly this preview counts as that role's approval."""
     grant = action.claim_standing_grant(preview)
-    if grant is None:
-        return
-    Approval.objects.create(
-        preview=preview,
-        approver=grant.approver,
-        role=grant.role,
-        basis=grant.basis,
-        digest=preview.digest,
-        subject_version=preview.subject_version,
-    )
-    preview.status = _status_awaiting(preview.required_approvals, {grant.role})
-    preview.save(update_fields=["status", "status_changed_at"])
-    audit_record(
-        event=AuditEvent.APPROVED,
-        preview=preview,
-        actor=grant.approver,
-        approval_basis={"role": grant.role, "digest": preview.digest, "basis": grant.basis,
-                        "subject_version": preview.subject_version},
-        result={"status": preview.status},
-    )
-    if preview.status == PreviewStatus.APPROVED:
-        _enqueue_execution(preview)
+    if grant is not None:
+        _approval_add(preview, approver=grant.approver, role=grant.role, basis=grant.basis, event=AuditEvent.APPROVED)
 
 
 class IdempotencyConflict(ApplicationError):
@@ -557,6 +537,38 @@ def previews_dispatch_stalled(*, older_than_seconds: int | None = None) -> int:
     return sum(_dispatch_execution(str(pk)) for pk in stalled_ids)
 
 
+def _approval_add(
+    preview: Preview, *, approver: AbstractBaseUser, role: str, basis: str, event: AuditEvent
+) -> None:
+    """Record `approver`'s approval of the preview as it is now (its digest and subject version), move
+    its status on, audit it, and publish its execution once no approval is missing."""
+    insert_rows([
+        Approval(
+            preview=preview,
+            approver=approver,
+            role=role,
+            basis=basis,
+            digest=preview.digest,
+            subject_version=preview.subject_version,
+        )
+    ])
+    approved_roles = {role}
+    if any(required != role for required in preview.required_approvals):
+        approved_roles.update(preview.approvals.values_list("role", flat=True))
+    preview.status = _status_awaiting(preview.required_approvals, approved_roles)
+    update_fields(preview, ["status", "status_changed_at"])
+    audit_record(
+        event=event,
+        preview=preview,
+        actor=approver,
+        approval_basis={"role": role, "digest": preview.digest, "basis": basis,
+                        "subject_version": preview.subject_version},
+        result={"status": preview.status},
+    )
+    if preview.status == PreviewStatus.APPROVED:
+        _enqueue_execution(preview)
+
+
 def preview_approve(
     *,
     preview_id: Any,
@@ -595,33 +607,8 @@ def preview_approve(
                     code="superseded",
                 )
         if error is None:
-            insert_rows([
-                Approval(
-                    preview=preview,
-                    approver=approver,
-                    role=role,
-                    basis=basis,
-                    digest=digest,
-                    subject_version=preview.subject_version,
-                )
-            ])
-            approved_roles = {role}
-            if any(required != role for required in preview.required_approvals):
-                # Another role's approval may be here already (a standing grant).
-                approved_roles.update(preview.approvals.values_list("role", flat=True))
-            preview.status = _status_awaiting(preview.required_approvals, approved_roles)
-            update_fields(preview, ["status", "status_changed_at"])
             event = AuditEvent.CONFIRMED if role == ApprovalRole.CUSTOMER else AuditEvent.APPROVED
-            audit_record(
-                event=event,
-                preview=preview,
-                actor=approver,
-                approval_basis={"role": role, "digest": digest, "basis": basis,
-                                "subject_version": preview.subject_version},
-                result={"status": preview.status},
-            )
-            if preview.status == PreviewStatus.APPROVED:
-                _enqueue_execution(preview)
+            _approval_add(preview, approver=approver, role=role, basis=basis, event=event)
         else:
             audit_record(
                 event=AuditEvent.DECISION_REFUSED,
