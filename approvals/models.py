@@ -59,7 +59,8 @@ class Preview(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     action = models.CharField(max_length=64)
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    # Indexed by (actor, created_at) below, which also serves lookups by actor alone.
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+", db_index=False)
     agent_session = models.ForeignKey(
         AgentSession, on_delete=models.PROTECT, null=True, blank=True, related_name="previews"
     )
@@ -223,7 +224,8 @@ class AuditChainHead(models.Model):
 class IdempotencyRecord(models.Model):
     """The stored answer to a tool call sent with an Idempotency-Key, per agent session."""
 
-    agent_session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="+")
+    # Indexed by the unique (agent_session, key) below, which also serves lookups by session alone.
+    agent_session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="+", db_index=False)
     key = models.CharField(max_length=255)
     request_fingerprint = models.CharField(max_length=64)
     response_status = models.PositiveSmallIntegerField()

@@ -42,14 +42,15 @@ def format_datetime(value: Any) -> str:
     return formats.date_format(timezone.localtime(value), "j M Y, H:i T")
 
 
-def preview_message(preview: Preview, *, base_url: str) -> str:
+def preview_message(preview: Preview, *, base_url: str, confirm_url: str | None = None) -> str:
     """The status in words an agent can relay truthfully; 'done' only once the worker executed it."""
     headline = preview_headline(preview)
     staff_follows = ApprovalRole.STAFF in preview.required_approvals
     if preview.status == PreviewStatus.AWAITING_CUSTOMER:
+        url = confirm_url or base_url.rstrip("/") + confirm_path(preview)
         text = (
             f"{headline}: nothing has happened yet. The customer must confirm this exact preview at "
-            f"{base_url.rstrip('/')}{confirm_path(preview)} before {format_datetime(preview.expires_at)}."
+            f"{url} before {format_datetime(preview.expires_at)}."
         )
         if staff_follows:
             text += " A staff member will review it after the customer confirms."
@@ -67,10 +68,11 @@ def preview_message(preview: Preview, *, base_url: str) -> str:
 
 
 def preview_envelope(preview: Preview, *, base_url: str) -> dict[str, Any]:
+    representation = preview_representation(preview, base_url=base_url)
     return {
         "ok": True,
         "executed": preview.executed,
         "status": preview.status,
-        "preview": preview_representation(preview, base_url=base_url),
-        "message": preview_message(preview, base_url=base_url),
+        "preview": representation,
+        "message": preview_message(preview, base_url=base_url, confirm_url=representation.get("confirm_url")),
     }

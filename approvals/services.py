@@ -11,7 +11,7 @@ import json
 import logging
 import secrets
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -41,7 +41,16 @@ from .models import (
     PreviewStatus,
 )
 from .registry import Action, registry
-from .rows import fetch_one, insert_rows, insert_statement, mark_inserted, update_fields
+from .rows import (
+    fetch_one,
+    insert_rows,
+    insert_statement,
+    mark_inserted,
+    one_round_trip,
+    statement_cursor,
+    update_fields,
+    update_statement,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -56,19 +65,23 @@ def _json_normalized(value: Any) -> Any:
     return None if value is None else json.loads(canonical_json(value))
 
 
-def _audit_chain_advance(count: int) -> tuple[int, str]:
+def _audit_chain_advance(count: int, *, updates: Sequence[tuple[str, list[Any]]] = ()) -> tuple[int, str]:
     """Lock the chain head and move its sequence on by `count`; returns the sequence and the hash the
     new records follow. Every audit append waits here, which keeps the chain one line.
 
     One statement (UPDATE ... RETURNING) for the lock, the read and the write: the head is the one row
-    all audited work queues on, so each round trip taken while holding it is paid by everyone.
+    all audited work queues on, so each round trip taken while holding it is paid by everyone. The
+    `updates` left for the end of the transaction (update_fields_at_commit) go in the same round trip.
     """
     table, sequence = connection.ops.quote_name(AuditChainHead._meta.db_table), connection.ops.quote_name("sequence")
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {table} SET {sequence} = {sequence} + %s WHERE id = 1 RETURNING {sequence} - %s, record_hash",
-            [count, count],
-        )
+    with statement_cursor() as cursor:
+        with one_round_trip():
+            for sql, params in updates:
+                cursor.execute(sql, params)
+            cursor.execute(
+                f"UPDATE {table} SET {sequence} = {sequence} + %s WHERE id = 1 RETURNING {sequence} - %s, record_hash",
+                [count, count],
+            )
         row = cursor.fetchone()
     if row is None:
         try:
@@ -84,6 +97,7 @@ class _AuditBuffer(threading.local):
     """Audit records made inside `audit_at_commit`, per thread (Django's connections are per thread)."""
 
     records: list[AuditRecord] | None = None
+    updates: list[tuple[str, list[Any]]] | None = None
     savepoints = 0
 
 
@@ -95,7 +109,7 @@ def _open_savepoints() -> int:
 
 
 @contextmanager
-def audit_at_commit() -> Iterator[None]:
+def audit_at_commit(*, commit_with_append: bool = False) -> Iterator[None]:
     """Append the block's audit records to the chain as its last writes, just before the COMMIT.
 
     Every audit insert locks the chain head until its transaction commits, so all audited work is
@@ -105,24 +119,52 @@ def audit_at_commit() -> Iterator[None]:
     `with transaction.atomic(), audit_at_commit():`; nested blocks join the outermost one. A record
     made inside a savepoint opened within the block is written at once instead, since a rollback to
     that savepoint must take the record with it.
+
+    With `commit_with_append`, for a block directly inside the atomic block that is the whole
+    transaction (`_audited_transaction`), the COMMIT goes to PostgreSQL in the same round trip as the
+    append, so the head's lock is released without waiting on this process again; the atomic block's
+    own commit then finds the transaction committed and has nothing to send.
     """
     if _audit_buffer.records is not None:
         yield
         return
-    _audit_buffer.records, _audit_buffer.savepoints = [], _open_savepoints()
+    _audit_buffer.records, _audit_buffer.updates, _audit_buffer.savepoints = [], [], _open_savepoints()
     try:
         yield
-        records = _audit_buffer.records
+        records, updates = _audit_buffer.records, _audit_buffer.updates
     finally:
-        _audit_buffer.records = None
+        _audit_buffer.records = _audit_buffer.updates = None
     if records:
-        _audit_append(records)
+        commit = commit_with_append and len(connection.atomic_blocks) == 1 and not connection.needs_rollback
+        _audit_append(records, updates=updates, commit=commit)
+    elif updates:
+        with statement_cursor() as cursor, one_round_trip():
+            for sql, params in updates:
+                cursor.execute(sql, params)
 
 
-def _audit_append(records: list[AuditRecord]) -> None:
-    """Link the records to the chain, in order, and insert them: lock the head, insert, move the head."""
+def _buffering_here() -> bool:
+    """Inside audit_at_commit, and not in a savepoint opened within it."""
+    return _audit_buffer.records is not None and _open_savepoints() == _audit_buffer.savepoints
+
+
+def update_fields_at_commit(instance: Any, names: Sequence[str]) -> None:
+    """rows.update_fields, sent with the audit append at the end of the transaction when inside
+    audit_at_commit: for a write whose answer nothing waits for and that nothing reads again before the
+    COMMIT, this saves its round trip (the values are taken now)."""
+    if _buffering_here():
+        _audit_buffer.updates.append(update_statement(instance, names))
+    else:
+        update_fields(instance, names)
+
+
+def _audit_append(
+    records: list[AuditRecord], *, updates: Sequence[tuple[str, list[Any]]] = (), commit: bool = False
+) -> None:
+    """Link the records to the chain, in order, and insert them: lock the head, insert, move the head.
+    With `commit` (PostgreSQL), the transaction's COMMIT travels with the insert (see audit_at_commit)."""
     with transaction.atomic(savepoint=False):
-        sequence, previous_hash = _audit_chain_advance(len(records))
+        sequence, previous_hash = _audit_chain_advance(len(records), updates=updates)
         for record in records:
             sequence += 1
             # Stamped under the head's lock, so that times never go backwards along the chain.
@@ -137,16 +179,19 @@ def _audit_append(records: list[AuditRecord]) -> None:
             # Insert and move the head in one statement: a round trip less while every audited
             # transaction waits for this lock.
             insert, params = insert_statement(records)
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    f"WITH inserted AS ({insert}) {move_head} "
-                    "RETURNING (SELECT array_agg(id ORDER BY id) FROM inserted)",
-                    [*params, previous_hash],
-                )
+            with statement_cursor() as cursor:
+                with one_round_trip():
+                    cursor.execute(
+                        f"WITH inserted AS ({insert}) {move_head} "
+                        "RETURNING (SELECT array_agg(id ORDER BY id) FROM inserted)",
+                        [*params, previous_hash],
+                    )
+                    if commit:
+                        connection.connection.execute("COMMIT", prepare=False)
                 mark_inserted(records, cursor.fetchone()[0])
         else:
             insert_rows(records)
-            with connection.cursor() as cursor:
+            with statement_cursor() as cursor:
                 cursor.execute(move_head, [previous_hash])
 
 
@@ -181,7 +226,7 @@ def audit_record(
         approval_basis=_json_normalized(approval_basis),
         result=_json_normalized(result or {}),
     )
-    if _audit_buffer.records is not None and _open_savepoints() == _audit_buffer.savepoints:
+    if _buffering_here():
         _audit_buffer.records.append(record)
     else:
         _audit_append([record])
@@ -191,7 +236,7 @@ def audit_record(
 @contextmanager
 def _audited_transaction(*, savepoint: bool = True) -> Iterator[None]:
     """A service's transaction whose audit records are appended last (see audit_at_commit)."""
-    with transaction.atomic(savepoint=savepoint), audit_at_commit():
+    with transaction.atomic(savepoint=savepoint), audit_at_commit(commit_with_append=True):
         yield
 
 
@@ -443,7 +488,7 @@ def idempotent_call(
         if insert_rows([record], skip_conflicts=True):
             status, body = run()
             record.response_status, record.response_body = status, body
-            update_fields(record, ["response_status", "response_body"])
+            update_fields_at_commit(record, ["response_status", "response_body"])
             return status, body
         # The key is taken: by a committed request, or by one this insert waited for until it committed.
         record = fetch_one(IdempotencyRecord, agent_session_id=agent_session.pk, key=key)
