@@ -1,10 +1,11 @@
-"""Profile the proposal endpoint in-process: `python -m bench.profile_proposals [--calls N] [--cprofile]`.
+"""Profile the proposal endpoint in-process: `python -m bench.profile_proposals [--calls N] [--rounds R] [--cprofile]`.
 
 Creates a database of its own next to DATABASE_URL's (dropped afterwards), loads a small synthetic shop,
 then posts keyed and unkeyed refund_order proposals through Django's WSGI handler (no HTTP server), and
-prints the CPU time per call of each kind, the SQL statements one call makes, and with --cprofile the
-functions that take the time. Used to find the work that stands between the endpoint and its floor
-(docs/benchmarks.md); the timings depend on the machine, the statement counts do not.
+prints the CPU time per call of each kind (the best of several rounds), the SQL statements one call
+makes, and with --cprofile the functions that take the time (CPU time, not waits). Used to find the work
+that stands between the endpoint and its floor (docs/benchmarks.md); the timings depend on the machine,
+the statement counts do not.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ def _package(filename: str) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--calls", type=int, default=600)
+    parser.add_argument("--calls", type=int, default=300, help="calls of each kind in a round")
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--cprofile", action="store_true")
     parser.add_argument("--path", default="/api/agent/tool-calls")
     args = parser.parse_args()
@@ -122,20 +124,27 @@ def main() -> int:
             fields = backend.read_text().rsplit(")", 1)[1].split()
             return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-        profiler = cProfile.Profile() if args.cprofile else None
-        for keyed in (True, False):
-            started, started_pg = time.process_time(), postgres_cpu()
-            if profiler:
-                profiler.enable()
-            codes: dict[int, int] = {}
-            for _ in range(args.calls):
-                code = call(keyed)
-                codes[code] = codes.get(code, 0) + 1
-            if profiler:
-                profiler.disable()
-            spent, spent_pg = time.process_time() - started, postgres_cpu() - started_pg
-            print(f"{'keyed' if keyed else 'unkeyed'}: {spent / args.calls * 1000:.2f} ms CPU per call, "
-                  f"PostgreSQL {spent_pg / args.calls * 1000:.2f} ms {codes}")
+        profiler = cProfile.Profile(time.process_time) if args.cprofile else None
+        # Rounds of each kind, interleaved, and the best round reported: on a shared machine the other
+        # tenants only ever add time, so the minimum is the steadiest estimate of the work itself.
+        best: dict[bool, tuple[float, float]] = {}
+        codes: dict[int, int] = {}
+        for _round in range(args.rounds):
+            for keyed in (True, False):
+                started, started_pg = time.process_time(), postgres_cpu()
+                if profiler:
+                    profiler.enable()
+                for _ in range(args.calls):
+                    code = call(keyed)
+                    codes[code] = codes.get(code, 0) + 1
+                if profiler:
+                    profiler.disable()
+                spent = (time.process_time() - started) / args.calls, (postgres_cpu() - started_pg) / args.calls
+                best[keyed] = min(best.get(keyed, spent), spent)
+        for keyed, (spent, spent_pg) in best.items():
+            print(f"{'keyed' if keyed else 'unkeyed'}: {spent * 1000:.2f} ms CPU per call, "
+                  f"PostgreSQL {spent_pg * 1000:.2f} ms (best of {args.rounds} rounds of {args.calls})")
+        print(f"answers: {codes}")
         if profiler:
             stats = pstats.Stats(profiler)
             stats.sort_stats("cumulative").print_stats(60)

@@ -15,7 +15,7 @@
 --    6 %  amount_exceeds_remaining                                                     422
 --    5 %  reason_not_applicable (late, on an order delivered within 7 days)            422
 -- Arguments go as a JSON string (as models emit them) or as an object; 60 % carry an Idempotency-Key.
--- done() prints one line "BENCH_JSON {...}" with throughput, latency and every status seen.
+-- done() prints one line "BENCH_JSON {...}" with throughput, latency (and its histogram) and every status seen.
 
 local sessions = {}
 local expect = {}
@@ -140,11 +140,18 @@ function done(summary, latency, requests)
   end
   local parts = {}
   for code, n in pairs(merged) do table.insert(parts, string.format('"%d":%d', code, n)) end
+  -- The latency histogram as [microseconds, count] pairs, so that runs in slices can be merged.
+  local histogram = {}
+  for i = 1, #latency do
+    local value, count = latency(i)
+    table.insert(histogram, string.format("[%d,%d]", value, count))
+  end
   local e = summary.errors
   io.write(string.format(
     'BENCH_JSON {"requests":%d,"duration_us":%d,"latency_us":{"p50":%d,"p90":%d,"p95":%d,"p99":%d,"mean":%.1f,"max":%d},' ..
-    '"statuses":{%s},"unexpected":%d,"socket_errors":{"connect":%d,"read":%d,"write":%d,"timeout":%d}}\n',
+    '"statuses":{%s},"unexpected":%d,"socket_errors":{"connect":%d,"read":%d,"write":%d,"timeout":%d},' ..
+    '"histogram":[%s]}\n',
     summary.requests, summary.duration,
     latency:percentile(50), latency:percentile(90), latency:percentile(95), latency:percentile(99), latency.mean, latency.max,
-    table.concat(parts, ","), bad, e.connect, e.read, e.write, e.timeout))
+    table.concat(parts, ","), bad, e.connect, e.read, e.write, e.timeout, table.concat(histogram, ",")))
 end

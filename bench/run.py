@@ -57,6 +57,7 @@ class Profile:
     orders_per_customer: int
     warmup_s: int
     duration_s: int
+    slices: int
     commit_batch: int
     latency_samples: int
     floor_transactions: int
@@ -64,10 +65,10 @@ class Profile:
 
 
 PROFILES = {
-    "full": Profile("full", customers=5000, orders_per_customer=4, warmup_s=3, duration_s=20, commit_batch=5000,
-                    latency_samples=300, floor_transactions=20000, console_repeats=30),
-    "quick": Profile("quick", customers=2000, orders_per_customer=3, warmup_s=1, duration_s=5, commit_batch=1000,
-                     latency_samples=60, floor_transactions=4000, console_repeats=10),
+    "full": Profile("full", customers=5000, orders_per_customer=4, warmup_s=3, duration_s=20, slices=4,
+                    commit_batch=5000, latency_samples=300, floor_transactions=20000, console_repeats=30),
+    "quick": Profile("quick", customers=2000, orders_per_customer=3, warmup_s=1, duration_s=6, slices=2,
+                     commit_batch=1000, latency_samples=60, floor_transactions=4000, console_repeats=10),
 }
 
 
@@ -192,30 +193,72 @@ def run_wrk(*, url: str, connections: int, seconds: int, sessions_file: Path, ke
     line = next((x for x in completed.stdout.splitlines() if x.startswith("BENCH_JSON ")), None)
     if completed.returncode != 0 or line is None:
         raise RuntimeError(f"wrk failed ({completed.returncode}):\n{completed.stdout}\n{completed.stderr}")
-    raw = json.loads(line.removeprefix("BENCH_JSON "))
-    seconds_run = raw["duration_us"] / 1e6
-    socket_errors = sum(raw["socket_errors"].values())
+    return json.loads(line.removeprefix("BENCH_JSON "))
+
+
+def latency_percentiles(histogram: list[list[int]]) -> dict[str, float]:
+    """p50/p90/p95/p99, mean and max in ms from wrk's latency histogram ([microseconds, count] pairs)."""
+    ordered = sorted((int(value), int(count)) for value, count in histogram)
+    total = sum(count for _value, count in ordered)
+    if not total:
+        return {}
+    result: dict[str, float] = {}
+    for name, share in (("p50", 0.50), ("p90", 0.90), ("p95", 0.95), ("p99", 0.99)):
+        wanted, seen = share * total, 0
+        for value, count in ordered:
+            seen += count
+            if seen >= wanted:
+                result[name] = round(value / 1000, 2)
+                break
+    result["mean"] = round(sum(value * count for value, count in ordered) / total / 1000, 2)
+    result["max"] = round(ordered[-1][0] / 1000, 2)
+    return result
+
+
+def merge_wrk_runs(runs: list[dict[str, Any]], connections: int) -> dict[str, Any]:
+    """One figure from the slices of a kind: requests over the time they took, latency over all of them."""
+    statuses: dict[str, int] = {}
+    socket_errors: dict[str, int] = {}
+    for raw in runs:
+        for code, count in raw["statuses"].items():
+            statuses[code] = statuses.get(code, 0) + count
+        for kind, count in raw["socket_errors"].items():
+            socket_errors[kind] = socket_errors.get(kind, 0) + count
+    requests = sum(raw["requests"] for raw in runs)
+    seconds_run = sum(raw["duration_us"] for raw in runs) / 1e6
     return {
         "connections": connections,
-        "requests": raw["requests"],
-        "rps": round(raw["requests"] / seconds_run, 1),
-        "latency_ms": {k: round(v / 1000, 2) for k, v in raw["latency_us"].items()},
-        "statuses": dict(sorted(raw["statuses"].items())),
-        "non_contract": raw["unexpected"] + socket_errors,
-        "socket_errors": raw["socket_errors"],
+        "requests": requests,
+        "rps": round(requests / seconds_run, 1),
+        "latency_ms": latency_percentiles([pair for raw in runs for pair in raw["histogram"]]),
+        "statuses": dict(sorted(statuses.items())),
+        "non_contract": sum(raw["unexpected"] for raw in runs) + sum(socket_errors.values()),
+        "socket_errors": socket_errors,
+        "slices": len(runs),
     }
 
 
+KINDS = (("pipeline", PIPELINE_PATH, "200,201,422"), ("floor", FLOOR_PATH, "201"))
+
+
 def measure_proposals(profile: Profile, base_url: str, shop: Any, run_id: str) -> dict[str, Any]:
+    """Each connection count: both kinds warmed up, then measured in alternating slices (pipeline, floor,
+    pipeline, floor...), so that a machine whose speed drifts (a shared VM) weighs on both alike."""
     results: dict[str, Any] = {"pipeline": {}, "floor": {}}
+    slice_s = max(1, profile.duration_s // profile.slices)
     for connections in CONNECTIONS:
-        for kind, path, expect in (("pipeline", PIPELINE_PATH, "200,201,422"), ("floor", FLOOR_PATH, "201")):
-            prefix = f"{run_id}-{kind}-c{connections}"
+        runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind, _path, _expect in KINDS}
+        for kind, path, expect in KINDS:
             run_wrk(url=base_url + path, connections=connections, seconds=profile.warmup_s,
-                    sessions_file=shop.sessions_file, key_prefix=prefix + "-warm", expect=expect)
-            result = run_wrk(url=base_url + path, connections=connections, seconds=profile.duration_s,
-                             sessions_file=shop.sessions_file, key_prefix=prefix, expect=expect)
-            results[kind][str(connections)] = result
+                    sessions_file=shop.sessions_file, key_prefix=f"{run_id}-{kind}-c{connections}-warm", expect=expect)
+        for index in range(profile.slices):
+            for kind, path, expect in KINDS:
+                runs[kind].append(run_wrk(
+                    url=base_url + path, connections=connections, seconds=slice_s, sessions_file=shop.sessions_file,
+                    key_prefix=f"{run_id}-{kind}-c{connections}-{index}", expect=expect,
+                ))
+        for kind, _path, _expect in KINDS:
+            result = results[kind][str(connections)] = merge_wrk_runs(runs[kind], connections)
             lat = result["latency_ms"]
             log(f"  {kind:8} c={connections:<3} {result['rps']:8.1f} req/s  p50 {lat['p50']:7.2f} ms  "
                 f"p95 {lat['p95']:7.2f}  p99 {lat['p99']:7.2f}  statuses {result['statuses']}  "
@@ -656,7 +699,8 @@ def _run(profile: Profile, phases: set[str], database: Database, processes: Proc
     log(f"gunicorn on {base_url} ({result['server']['gunicorn']}), two Celery workers ready")
 
     if "proposals" in phases:
-        log(f"proposals: {profile.duration_s} s per run after {profile.warmup_s} s of warm-up")
+        log(f"proposals: {profile.duration_s} s of each kind in {profile.slices} alternating slices, "
+            f"after {profile.warmup_s} s of warm-up")
         result["proposals"] = measure_proposals(profile, base_url, shop, run_id)
         processes.check_alive()
     if "commit" in phases:
