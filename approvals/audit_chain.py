@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
-from .digests import digest_of
+from .digests import canonical_json, digest_of
 
 GENESIS = "0" * 64
 
@@ -16,8 +17,12 @@ def audit_record_hash(*, sequence: int, previous_hash: str, fields: dict[str, An
 
 def audit_record_fields(record: Any) -> dict[str, Any]:
     """The hashed content of a record (as stored, so a verifier recomputes the same value)."""
+    return {"created_at": record.created_at.isoformat(), **audit_record_content(record)}
+
+
+def audit_record_content(record: Any) -> dict[str, Any]:
+    """What a record says, without the values it only gets under the chain head's lock."""
     return {
-        "created_at": record.created_at.isoformat(),
         "event": record.event,
         "action": record.action,
         "preview": str(record.preview_id) if record.preview_id else None,
@@ -29,6 +34,33 @@ def audit_record_fields(record: Any) -> dict[str, Any]:
         "approval_basis": record.approval_basis,
         "result": record.result,
     }
+
+
+_STAMPED_UNDER_LOCK = ("created_at", "previous_hash", "sequence")
+
+
+def audit_record_text_parts(content: dict[str, Any]) -> tuple[str, str, str, str]:
+    """The text audit_record_hash hashes, cut where the values stamped under the chain head's lock go:
+    `part0 + created_at.isoformat() + part1 + previous_hash + part2 + str(sequence) + part3`.
+
+    PostgreSQL completes and hashes it inside the append itself (approvals_audit_append, migration
+    0008), so that the head is locked, the records linked and the COMMIT sent in one round trip. The
+    text, and so every hash, is the same as audit_record_hash's: verify_audit does not know which wrote it.
+    """
+    parts = [""]
+    for index, key in enumerate(sorted([*content, *_STAMPED_UNDER_LOCK])):
+        item = ("," if index else "{") + json.dumps(key, ensure_ascii=False) + ":"
+        if key == "sequence":  # an integer
+            parts[-1] += item
+            parts.append("")
+        elif key in _STAMPED_UNDER_LOCK:  # strings whose characters JSON never escapes
+            parts[-1] += item + '"'
+            parts.append('"')
+        else:
+            parts[-1] += item + canonical_json(content[key])
+    parts[-1] += "}"
+    first, second, third, fourth = parts
+    return first, second, third, fourth
 
 
 @dataclass(frozen=True)

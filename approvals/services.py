@@ -23,7 +23,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from .audit_chain import GENESIS, audit_record_fields, audit_record_hash
+from .audit_chain import GENESIS, audit_record_content, audit_record_fields, audit_record_hash, audit_record_text_parts
 from .digests import canonical_json, digest_of, sha256_hex
 from .errors import ApplicationError, DecisionError, ExecutionFailure, PolicyRefusal
 from .models import (
@@ -44,7 +44,6 @@ from .registry import Action, registry
 from .rows import (
     fetch_one,
     insert_rows,
-    insert_statement,
     mark_inserted,
     one_round_trip,
     statement_cursor,
@@ -67,21 +66,19 @@ def _json_normalized(value: Any) -> Any:
 
 def _audit_chain_advance(count: int, *, updates: Sequence[tuple[str, list[Any]]] = ()) -> tuple[int, str]:
     """Lock the chain head and move its sequence on by `count`; returns the sequence and the hash the
-    new records follow. Every audit append waits here, which keeps the chain one line.
+    new records follow. Every audit append waits here, which keeps the chain one line. The `updates`
+    left for the end of the transaction (update_fields_at_commit) are sent first.
 
-    One statement (UPDATE ... RETURNING) for the lock, the read and the write: the head is the one row
-    all audited work queues on, so each round trip taken while holding it is paid by everyone. The
-    `updates` left for the end of the transaction (update_fields_at_commit) go in the same round trip.
+    The append in Python, for databases without approvals_audit_append (SQLite, which has one writer).
     """
     table, sequence = connection.ops.quote_name(AuditChainHead._meta.db_table), connection.ops.quote_name("sequence")
     with statement_cursor() as cursor:
-        with one_round_trip():
-            for sql, params in updates:
-                cursor.execute(sql, params)
-            cursor.execute(
-                f"UPDATE {table} SET {sequence} = {sequence} + %s WHERE id = 1 RETURNING {sequence} - %s, record_hash",
-                [count, count],
-            )
+        for sql, params in updates:
+            cursor.execute(sql, params)
+        cursor.execute(
+            f"UPDATE {table} SET {sequence} = {sequence} + %s WHERE id = 1 RETURNING {sequence} - %s, record_hash",
+            [count, count],
+        )
         row = cursor.fetchone()
     if row is None:
         try:
@@ -162,7 +159,13 @@ def _audit_append(
     records: list[AuditRecord], *, updates: Sequence[tuple[str, list[Any]]] = (), commit: bool = False
 ) -> None:
     """Link the records to the chain, in order, and insert them: lock the head, insert, move the head.
-    With `commit` (PostgreSQL), the transaction's COMMIT travels with the insert (see audit_at_commit)."""
+
+    On PostgreSQL one call does it all (approvals_audit_append), sent in one round trip with the
+    `updates` left for the end of the transaction and, with `commit`, the COMMIT (see audit_at_commit).
+    """
+    if connection.vendor == "postgresql":
+        _audit_append_in_database(records, updates=updates, commit=commit)
+        return
     with transaction.atomic(savepoint=False):
         sequence, previous_hash = _audit_chain_advance(len(records), updates=updates)
         for record in records:
@@ -173,26 +176,47 @@ def _audit_append(
                 sequence=sequence, previous_hash=previous_hash, fields=audit_record_fields(record)
             )
             previous_hash = record.record_hash
+        insert_rows(records)
         head = connection.ops.quote_name(AuditChainHead._meta.db_table)
-        move_head = f"UPDATE {head} SET record_hash = %s WHERE id = 1"
-        if connection.vendor == "postgresql":
-            # Insert and move the head in one statement: a round trip less while every audited
-            # transaction waits for this lock.
-            insert, params = insert_statement(records)
-            with statement_cursor() as cursor:
-                with one_round_trip():
-                    cursor.execute(
-                        f"WITH inserted AS ({insert}) {move_head} "
-                        "RETURNING (SELECT array_agg(id ORDER BY id) FROM inserted)",
-                        [*params, previous_hash],
-                    )
-                    if commit:
-                        connection.connection.execute("COMMIT", prepare=False)
-                mark_inserted(records, cursor.fetchone()[0])
-        else:
-            insert_rows(records)
-            with statement_cursor() as cursor:
-                cursor.execute(move_head, [previous_hash])
+        with statement_cursor() as cursor:
+            cursor.execute(f"UPDATE {head} SET record_hash = %s WHERE id = 1", [previous_hash])
+
+
+_APPEND_CALL = (
+    "SELECT * FROM approvals_audit_append(%s::text[], %s::text[], %s::uuid[], %s::bigint[], %s::bigint[], "
+    "%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[])"
+)
+
+
+def _audit_append_in_database(
+    records: list[AuditRecord], *, updates: Sequence[tuple[str, list[Any]]], commit: bool
+) -> None:
+    contents = [audit_record_content(record) for record in records]
+    text_parts = [audit_record_text_parts(content) for content in contents]
+
+    def column(name: str) -> list[Any]:
+        return [content[name] for content in contents]
+
+    def json_column(name: str) -> list[str | None]:
+        return [None if value is None else canonical_json(value) for value in column(name)]
+
+    params = [
+        column("event"), column("action"), [record.preview_id for record in records], column("actor"),
+        column("agent_session"), column("subject_type"), column("subject_id"), column("raw_arguments"),
+        json_column("approval_basis"), json_column("result"), *(list(parts) for parts in zip(*text_parts, strict=True)),
+    ]
+    with statement_cursor() as cursor:
+        with one_round_trip():
+            for sql, update_params in updates:
+                cursor.execute(sql, update_params)
+            cursor.execute(_APPEND_CALL, params)
+            if commit:
+                connection.connection.execute("COMMIT", prepare=False)
+        rows = cursor.fetchall()
+    for record, (_pk, sequence, previous_hash, record_hash, created_at) in zip(records, rows, strict=True):
+        record.sequence, record.previous_hash, record.record_hash = sequence, previous_hash, record_hash
+        record.created_at = created_at
+    mark_inserted(records, [row[0] for row in rows])
 
 
 def audit_record(
