@@ -864,7 +864,7 @@ def _execution_begin(preview_id: Any) -> _Begun:
             audit_record(event=AuditEvent.EXECUTION_FAILED, preview=preview, result={"error": refusal.as_dict()})
             return _Begun(preview)
         preview.execution_started_at = timezone.now()
-        update_fields(preview, ["execution_started_at", "status_changed_at"])
+        update_fields_at_commit(preview, ["execution_started_at", "status_changed_at"])
         audit_record(
             event=AuditEvent.EXECUTION_STARTED,
             preview=preview,
@@ -899,7 +899,8 @@ def _execution_finish(
         preview.status = PreviewStatus.EXECUTED
         preview.result = result
         preview.executed_at = timezone.now()
-        update_fields(preview, ["status", "result", "executed_at", "status_changed_at"])
+        # Nothing below reads the row again (the siblings' query leaves this preview out by its id).
+        update_fields_at_commit(preview, ["status", "result", "executed_at", "status_changed_at"])
         audit_record(
             event=AuditEvent.EXECUTED,
             preview=preview,
@@ -951,7 +952,7 @@ def _sibling_ids_to_supersede(preview: Preview, *, new_version: int) -> list[Any
     pk = Preview._meta.pk
     params = [preview.subject_type, preview.subject_id, *(status.value for status in OPEN_STATUSES),
               pk.get_db_prep_value(preview.pk, connection), new_version]
-    with connection.cursor() as cursor:
+    with statement_cursor() as cursor:
         cursor.execute(_sibling_ids_sql(lock=connection.features.has_select_for_update_skip_locked), params)
         return [row[0] for row in cursor.fetchall()]
 

@@ -6,7 +6,8 @@ from django.contrib.auth import get_user_model
 from django.db.models import F
 
 from approvals.models import Preview
-from approvals.rows import fetch_one, insert_rows, update_fields
+from approvals.rows import fetch_one, insert_rows
+from approvals.services import update_fields_at_commit
 
 from .gateways import payment_gateway
 from .models import Order, Refund
@@ -56,7 +57,8 @@ def refund_pay(*, preview: Preview, order: Order | None = None) -> dict[str, Any
 
 
 def refund_record(*, preview: Preview, order: Order, refund_id: str) -> dict[str, Any]:
-    """Write the paid refund to the ledger and the order. Runs under the engine's locks."""
+    """Write the paid refund to the ledger and the order. Runs under the engine's locks, in its audited
+    transaction: the order's update goes with the audit append (nothing reads the order again before)."""
     insert_rows([
         Refund(
             order=order,
@@ -69,7 +71,7 @@ def refund_record(*, preview: Preview, order: Order, refund_id: str) -> dict[str
     ])
     order.refunded_minor += preview.amount_minor
     order.version += 1
-    update_fields(order, ["refunded_minor", "version", "updated_at"])
+    update_fields_at_commit(order, ["refunded_minor", "version", "updated_at"])
     return {
         "refund_id": refund_id,
         "order_id": order.number,

@@ -32,12 +32,14 @@ DECLARE
     stamped_text text;
     link text;
 BEGIN
-    SELECT h.sequence, h.record_hash INTO head_sequence, head_hash
-        FROM approvals_auditchainhead h WHERE h.id = 1 FOR UPDATE;
+    -- Lock the head by updating it (not SELECT ... FOR UPDATE: inside a savepoint, locking a row the
+    -- transaction already changed creates a multixact each time, and a batch of appends slows down).
+    UPDATE approvals_auditchainhead h SET sequence = h.sequence WHERE h.id = 1
+        RETURNING h.sequence, h.record_hash INTO head_sequence, head_hash;
     IF NOT FOUND THEN
         INSERT INTO approvals_auditchainhead (id, sequence, record_hash) VALUES (1, 0, '') ON CONFLICT DO NOTHING;
-        SELECT h.sequence, h.record_hash INTO head_sequence, head_hash
-            FROM approvals_auditchainhead h WHERE h.id = 1 FOR UPDATE;
+        UPDATE approvals_auditchainhead h SET sequence = h.sequence WHERE h.id = 1
+            RETURNING h.sequence, h.record_hash INTO head_sequence, head_hash;
     END IF;
     link := COALESCE(NULLIF(head_hash, ''), '{GENESIS}');
     FOR i IN 1 .. COALESCE(array_length(p_event, 1), 0) LOOP
