@@ -48,7 +48,7 @@ test: $(STAMP) browser-deps
 clean:
 	rm -rf $(VENV) db.sqlite3 .demo-seed.log staticfiles
 
-# `make bench` (about 6 minutes) and `make bench-quick` (under 2): the gateway's speed against floors
+# `make bench` (about 8 minutes) and `make bench-quick` (under 2): the gateway's speed against floors
 # measured in the same run (docs/benchmarks.md). PostgreSQL and Redis come from DATABASE_URL and
 # REDIS_URL (the local ones by default); the run creates a database of its own and drops it after.
 # It starts gunicorn (config/gunicorn.conf.py) and two Celery workers, drives them with wrk and
