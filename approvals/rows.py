@@ -94,10 +94,8 @@ def _insert_statement(model: type[Model], *, rows: int, skip_conflicts: bool) ->
 
 
 def insert_statement(instances: Sequence[Model], *, skip_conflicts: bool = False) -> tuple[str, list[Any]]:
-    """The `INSERT ... RETURNING <primary key>` of the instances (all of one model), and its parameters.
-
-    insert_rows runs it; a caller may also embed it in a larger statement (a CTE), then mark_inserted.
-    """
+    """The `INSERT ... RETURNING <primary key>` of the instances (all of one model), and its parameters
+    (insert_rows runs it)."""
     model = type(instances[0])
     if skip_conflicts and len(instances) != 1:
         raise ValueError("skip_conflicts needs one row at a time, to know which one went in")

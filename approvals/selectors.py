@@ -6,6 +6,7 @@ from typing import Any
 from django.db import connection
 
 from .models import RETRYABLE_FAILURE_CODES, Preview, PreviewStatus
+from .rows import statement_cursor
 
 
 @cache
@@ -32,7 +33,7 @@ def amount_in_flight(*, subject_type: str, subject_id: str, exclude: Any = None)
     if exclude is not None:
         pk = Preview._meta.pk
         params.append(pk.get_db_prep_value(pk.to_python(exclude), connection))
-    with connection.cursor() as cursor:
+    with statement_cursor() as cursor:
         cursor.execute(_amount_in_flight_sql(subject_id="%s", excluding=exclude is not None), params)
         return int(cursor.fetchone()[0])
 

@@ -132,12 +132,18 @@ def audit_at_commit(*, commit_with_append: bool = False) -> Iterator[None]:
     finally:
         _audit_buffer.records = _audit_buffer.updates = None
     if records:
-        commit = commit_with_append and len(connection.atomic_blocks) == 1 and not connection.needs_rollback
-        _audit_append(records, updates=updates, commit=commit)
+        _audit_append(records, updates=updates, commit=commit_with_append and _atomic_block_will_commit())
     elif updates:
         with statement_cursor() as cursor, one_round_trip():
             for sql, params in updates:
                 cursor.execute(sql, params)
+
+
+def _atomic_block_will_commit() -> bool:
+    """The innermost atomic block is the whole transaction, and Django will commit it when it ends: not
+    nested in another, not marked for rollback, and not begun with autocommit already off (then the
+    caller commits, when it chooses)."""
+    return len(connection.atomic_blocks) == 1 and connection.commit_on_exit and not connection.needs_rollback
 
 
 def _buffering_here() -> bool:

@@ -127,3 +127,25 @@ def test_a_commit_that_fails_takes_the_whole_transaction_with_it(transactional_d
     with _audited_transaction():  # the connection is usable again, and the chain goes on unbroken
         audit_record(event=AuditEvent.PROPOSED, actor=alice, result={"n": 2})
     assert AuditRecord.objects.get(actor=alice).sequence == before + 1 and _chain_intact()
+
+
+@pytest.mark.postgres  # on SQLite, releasing the savepoint that began a transaction commits it, whatever we do
+def test_with_autocommit_off_the_caller_commits_and_may_roll_back_instead(transactional_db):
+    from tests.conftest import agent_client_for
+    from tests.factories import OrderFactory, UserFactory
+
+    alice = UserFactory(username="alice")
+    OrderFactory(number="o-12", customer=alice, currency="EUR", total_minor=1000)
+    agent = agent_client_for(alice)
+    before = _head()
+
+    transaction.set_autocommit(False)
+    try:
+        response = propose(agent, order_id="o-12", amount_minor=500, reason="damaged", headers={"Idempotency-Key": "k"})
+        assert response.status_code == 201, response.json()
+        transaction.rollback()  # the caller's decision: the service must not have committed on its own
+    finally:
+        transaction.set_autocommit(True)
+
+    assert not Preview.objects.exists() and not IdempotencyRecord.objects.exists()
+    assert _head() == before and not AuditRecord.objects.filter(event=AuditEvent.PROPOSED).exists()
