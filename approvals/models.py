@@ -33,6 +33,7 @@ class PreviewStatus(models.TextChoices):
     EXPIRED = "expired", "Expired"
     SUPERSEDED = "superseded", "Superseded"
     FAILED = "failed", "Failed"
+    NEEDS_ATTENTION = "needs_attention", "Needs attention"
 
 
 OPEN_STATUSES = (
@@ -41,11 +42,12 @@ OPEN_STATUSES = (
     PreviewStatus.APPROVED,
 )
 AWAITING_STATUSES = (PreviewStatus.AWAITING_CUSTOMER, PreviewStatus.AWAITING_STAFF)
-TERMINAL_STATUSES = tuple(s for s in PreviewStatus if s not in OPEN_STATUSES)
+# needs_attention is neither open (no person can approve it) nor terminal (it ends in executed or failed).
+TERMINAL_STATUSES = tuple(s for s in PreviewStatus if s not in (*OPEN_STATUSES, PreviewStatus.NEEDS_ATTENTION))
 
-# Failures after which running the same preview again is safe and may succeed: nothing was
-# refused, the provider or the worker just could not finish. Every other failure (a policy
-# refusal, a decline, a missing approval) needs a new proposal, never a retry.
+# Failures known to have happened before the outside world was asked, after which running the same
+# preview again (with every check re-run) may succeed: the provider could not be used as configured,
+# or was unavailable on every attempt. Every other failure needs a new proposal, never a retry.
 RETRYABLE_FAILURE_CODES = frozenset({"retries_exhausted", "gateway_unavailable"})
 
 
@@ -84,9 +86,6 @@ class Preview(models.Model):
     failure_code = models.CharField(max_length=64, blank=True)
     failure_reason = models.TextField(blank=True)
     result = models.JSONField(null=True, blank=True)
-    execution_started_at = models.DateTimeField(
-        null=True, blank=True, help_text="Set once the executor passed its checks and may have called the provider."
-    )
     executed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -125,6 +124,57 @@ class Preview(models.Model):
     @property
     def is_open(self) -> bool:
         return self.status in OPEN_STATUSES
+
+
+class ExecutionOutcome(models.TextChoices):
+    """What is known about an approved preview's effect. Everything said to people comes from it."""
+
+    PENDING = "pending", "Waiting for a worker"
+    IN_PROGRESS = "in_progress", "In progress"
+    SUCCEEDED = "succeeded", "Succeeded"
+    REFUSED_BEFORE_EFFECT = "refused_before_effect", "Refused before any effect"
+    EFFECT_UNKNOWN = "effect_unknown", "Effect unknown"
+    FAILED_AFTER_CHECK = "failed_after_check", "Refused by the provider"
+    EFFECT_UNRECORDED = "effect_unrecorded", "Effect made, not recorded"
+
+
+# The effect may exist at the provider and is not in the books yet: its amount counts as in flight.
+EFFECT_IN_FLIGHT_OUTCOMES = (
+    ExecutionOutcome.IN_PROGRESS,
+    ExecutionOutcome.EFFECT_UNKNOWN,
+    ExecutionOutcome.EFFECT_UNRECORDED,
+)
+
+
+class Execution(models.Model):
+    """The execution of one approved preview: its outcome, its attempts, and the lease on it.
+
+    Only one attempt at a time holds the lease (`lease_owner` until `lease_expires_at`). Each attempt
+    gets a new `fencing_token`; an answer carrying an older token comes from an attempt that lost
+    its lease and is refused. Changed only through approvals.executions.execution_transition.
+    """
+
+    preview = models.OneToOneField(Preview, on_delete=models.PROTECT, primary_key=True, related_name="execution")
+    outcome = models.CharField(max_length=32, choices=ExecutionOutcome.choices, default=ExecutionOutcome.PENDING)
+    attempt = models.PositiveIntegerField(default=0, help_text="Attempts started so far.")
+    fencing_token = models.PositiveBigIntegerField(default=0)
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    effect_possible = models.BooleanField(
+        default=False, help_text="An attempt may have reached the outside world and its answer is not known."
+    )
+    effect = models.JSONField(null=True, blank=True, help_text="The effect as the provider reported it.")
+    code = models.CharField(max_length=64, blank=True)
+    detail = models.TextField(blank=True)
+    deadline = models.DateTimeField(help_text="A first effect may be made until then; after it, a new proposal.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["outcome", "updated_at"], name="execution_outcome_idx")]
+
+    def __str__(self) -> str:
+        return f"execution of {self.preview_id}: {self.outcome} (attempt {self.attempt})"
 
 
 class Approval(models.Model):
@@ -168,6 +218,8 @@ class AuditEvent(models.TextChoices):
     EXPIRED = "expired"
     EXECUTION_ATTEMPT_FAILED = "execution_attempt_failed"
     RETRIED = "retried"
+    EXECUTION_TRANSITION = "execution_transition"
+    EXECUTION_FENCED_OFF = "execution_fenced_off"
     AGENT_SESSION_REVOKED = "agent_session_revoked"
 
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from django.urls import reverse
 from django.utils import formats, timezone
 
-from .models import ApprovalRole, Preview, PreviewStatus
+from .models import ApprovalRole, Execution, ExecutionOutcome, Preview, PreviewStatus
 from .registry import registry
 
 
@@ -26,6 +27,7 @@ def preview_representation(preview: Preview, *, base_url: str) -> dict[str, Any]
     if ApprovalRole.CUSTOMER in preview.required_approvals:
         data["confirm_url"] = base_url.rstrip("/") + confirm_path(preview)
     data["executed"] = preview.executed
+    data["outcome"] = preview_outcome(preview)
     if preview.status == PreviewStatus.EXECUTED:
         data["result"] = preview.result
     if preview.failure_code:
@@ -42,29 +44,161 @@ def format_datetime(value: Any) -> str:
     return formats.date_format(timezone.localtime(value), "j M Y, H:i T")
 
 
+@dataclass(frozen=True)
+class StateWording:
+    """How one state reads to each audience. `{headline}` and `{reason}` are filled in."""
+
+    title: str
+    agent: str
+    customer: str
+    staff: str
+
+
+# The one table everything said about a preview comes from. A state is the preview's status before
+# execution and the execution's outcome from then on: "nothing was done" appears only where the
+# outcome proves it.
+STATE_WORDING: dict[str, StateWording] = {
+    "awaiting_customer": StateWording(
+        "Waiting for your confirmation",
+        "{headline}: nothing has happened yet. The customer must confirm it.",
+        "Nothing has happened yet.",
+        "The customer has not confirmed yet; staff decide after they do.",
+    ),
+    "awaiting_staff": StateWording(
+        "Waiting for staff review",
+        "{headline}: nothing has happened yet. A staff member must review and approve it.",
+        "Our support team checks this request before it is carried out.",
+        "It needs a staff decision.",
+    ),
+    "pending": StateWording(
+        "Processing",
+        "{headline}: approved and being processed. It is not completed yet.",
+        "The approval is recorded and the request is being carried out.",
+        "Approved; waiting for a worker to execute it.",
+    ),
+    "in_progress": StateWording(
+        "Processing",
+        "{headline}: approved and being processed. It is not completed yet.",
+        "The approval is recorded and the request is being carried out.",
+        "Approved; a worker is executing it.",
+    ),
+    "succeeded": StateWording("Completed", "{outcome}", "{outcome}", "{outcome}"),
+    "refused_before_effect": StateWording(
+        "Not carried out",
+        "{headline}: not carried out, nothing was done. Reason: {reason}",
+        "Nothing was done. Reason: {reason}",
+        "Refused by the checks before anything was done ({code}): {reason} It needs a new proposal.",
+    ),
+    "refused_retryable": StateWording(
+        "Not started yet",
+        "{headline}: could not be started, nothing was done yet. Our staff will retry it. Reason: {reason}",
+        "Nothing has been done yet: it could not be started. Our support team will try again.",
+        "Nothing was done ({code}): {reason} Retrying runs every check again with the same idempotency key.",
+    ),
+    "failed_after_check": StateWording(
+        "Failed",
+        "{headline}: failed, the provider refused it and nothing was done. Reason: {reason}",
+        "It could not be carried out, and nothing was done. Reason: {reason}",
+        "The provider refused it for good ({code}): {reason} Nothing moved; a retry cannot change this.",
+    ),
+    "effect_unknown": StateWording(
+        "Being checked",
+        "{headline}: we could not confirm the result with the provider yet. It will not be done a second "
+        "time; we are checking, and this status will change once we know.",
+        "We could not confirm this with the provider yet. It will not be done a second time; we are checking.",
+        "The effect is unknown ({code}): {reason} The resolver looks it up before anything is tried again; "
+        "it is never made twice.",
+    ),
+    "effect_unrecorded": StateWording(
+        "Done, records being updated",
+        "{headline}: carried out at the provider, but our records could not be updated yet. It will not be "
+        "done again; our staff are correcting the records.",
+        "This was carried out, but our records are still being updated. It will not be done again.",
+        "The effect was made but could not be recorded ({code}): {reason} Mend the data, then record it again.",
+    ),
+    "declined": StateWording(
+        "Declined",
+        "{headline}: declined by the customer, nothing was done.",
+        "You declined this request; nothing was done.",
+        "The customer declined it; nothing was done.",
+    ),
+    "rejected": StateWording(
+        "Rejected by our support team",
+        "{headline}: rejected by staff, nothing was done. Note: {reason}",
+        "Nothing was done. Note from our support team: {reason}",
+        "Nothing was done. Note from the reviewer: {reason}",
+    ),
+    "expired": StateWording(
+        "Expired",
+        "{headline}: expired before it was approved, nothing was done.",
+        "This request was not approved in time; nothing was done. Ask the assistant for a new one.",
+        "It expired before it was approved; nothing was done.",
+    ),
+    "superseded": StateWording(
+        "Out of date",
+        "{headline}: out of date, nothing was done. {reason}",
+        "Nothing was done with this request. {reason}",
+        "Out of date; nothing was done. {reason}",
+    ),
+}
+
+
+def preview_execution(preview: Preview) -> Execution | None:
+    """The preview's execution, if it was ever approved (one query, only when there can be one)."""
+    if preview.status in (PreviewStatus.AWAITING_CUSTOMER, PreviewStatus.AWAITING_STAFF, PreviewStatus.DECLINED,
+                          PreviewStatus.REJECTED, PreviewStatus.EXPIRED):
+        return None
+    cached = preview._state.fields_cache.get("execution")
+    if cached is not None:
+        return cached
+    return Execution.objects.filter(pk=preview.pk).first()
+
+
+def preview_outcome(preview: Preview) -> str | None:
+    execution = preview_execution(preview)
+    return execution.outcome if execution is not None else None
+
+
+def preview_state_key(preview: Preview, execution: Execution | None = None) -> str:
+    execution = execution if execution is not None else preview_execution(preview)
+    if execution is None:
+        return str(preview.status)
+    if execution.outcome == ExecutionOutcome.REFUSED_BEFORE_EFFECT:
+        if preview.status == PreviewStatus.SUPERSEDED:
+            return "superseded"
+        if preview.status == PreviewStatus.NEEDS_ATTENTION:
+            return "refused_retryable"
+    return str(execution.outcome)
+
+
+def preview_state_words(preview: Preview, audience: str, execution: Execution | None = None) -> tuple[str, str]:
+    """(title, sentence) for `audience` ("agent", "customer" or "staff")."""
+    wording = STATE_WORDING[preview_state_key(preview, execution)]
+    action = registry.action(preview.action)
+    outcome = ""
+    if preview.status == PreviewStatus.EXECUTED:
+        outcome = action.outcome_text(preview) if action else f"{preview_headline(preview)}: completed."
+    text = getattr(wording, audience).format(
+        headline=preview_headline(preview),
+        reason=preview.failure_reason or "none given",
+        code=preview.failure_code,
+        outcome=outcome,
+    )
+    return wording.title, " ".join(text.split())
+
+
 def preview_message(preview: Preview, *, base_url: str, confirm_url: str | None = None) -> str:
     """The status in words an agent can relay truthfully; 'done' only once the worker executed it."""
-    headline = preview_headline(preview)
-    staff_follows = ApprovalRole.STAFF in preview.required_approvals
     if preview.status == PreviewStatus.AWAITING_CUSTOMER:
         url = confirm_url or base_url.rstrip("/") + confirm_path(preview)
         text = (
-            f"{headline}: nothing has happened yet. The customer must confirm this exact preview at "
-            f"{url} before {format_datetime(preview.expires_at)}."
+            f"{preview_headline(preview)}: nothing has happened yet. The customer must confirm this exact "
+            f"preview at {url} before {format_datetime(preview.expires_at)}."
         )
-        if staff_follows:
+        if ApprovalRole.STAFF in preview.required_approvals:
             text += " A staff member will review it after the customer confirms."
         return text
-    if preview.status == PreviewStatus.AWAITING_STAFF:
-        return f"{headline}: nothing has happened yet. A staff member must review and approve it."
-    if preview.status == PreviewStatus.APPROVED:
-        return f"{headline}: approved and being processed. It is not completed yet."
-    if preview.status == PreviewStatus.EXECUTED:
-        action = registry.action(preview.action)
-        return action.outcome_text(preview) if action else f"{headline}: completed."
-    if preview.status == PreviewStatus.FAILED:
-        return f"{headline}: failed, nothing was done. Reason: {preview.failure_reason}"
-    return f"{headline}: {preview.get_status_display().lower()}, nothing was done. {preview.failure_reason}".strip()
+    return preview_state_words(preview, "agent")[1]
 
 
 def preview_envelope(preview: Preview, *, base_url: str) -> dict[str, Any]:
@@ -73,6 +207,7 @@ def preview_envelope(preview: Preview, *, base_url: str) -> dict[str, Any]:
         "ok": True,
         "executed": preview.executed,
         "status": preview.status,
+        "outcome": representation["outcome"],
         "preview": representation,
         "message": preview_message(preview, base_url=base_url, confirm_url=representation.get("confirm_url")),
     }

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .errors import EffectLookupUnavailable
+
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser
     from django.db.models import Model
@@ -136,8 +138,26 @@ class Action(ABC):
 
     @abstractmethod
     def record(self, *, preview: Preview, subject: Model, effect: dict[str, Any]) -> dict[str, Any]:
-        """Write the effect into the shop's books under the executor's locks; return the result facts."""
+        """Write the effect into the shop's books under the executor's locks; return the result facts.
+
+        Runs in a savepoint: a constraint it hits (say, the order was re-imported with less remaining)
+        rolls back only the recording, and the execution goes to `effect_unrecorded` with the effect.
+        """
         ...
+
+    #: Whether find_effect can ask the outside world (the resolver's sweep only takes those actions).
+    can_look_up_effect: bool = False
+
+    def find_effect(self, *, preview: Preview) -> dict[str, Any] | None:
+        """Look up, without making one, the effect an earlier attempt may have made: the same dict
+        `perform` returns, or None when the outside world has none for this preview.
+
+        Called before any attempt that follows an attempt of unknown outcome (a time-out, a worker
+        that died, a lost lease). Raise TransientExecutionError when the lookup itself fails, and
+        EffectLookupUnavailable (the default) when the outside world cannot be asked: the execution
+        then waits for a person, since making the effect again could make it twice.
+        """
+        raise EffectLookupUnavailable(f"{self.name} cannot look up an earlier attempt's effect.")
 
     @abstractmethod
     def headline(self, preview: Preview) -> str:

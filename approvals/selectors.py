@@ -5,30 +5,30 @@ from typing import Any
 
 from django.db import connection
 
-from .models import RETRYABLE_FAILURE_CODES, Preview, PreviewStatus
+from .models import EFFECT_IN_FLIGHT_OUTCOMES, Execution, Preview
 from .rows import statement_cursor
 
 
 @cache
 def _amount_in_flight_sql(*, subject_id: str, excluding: bool) -> str:
-    table = connection.ops.quote_name(Preview._meta.db_table)
-    codes = ", ".join(["%s"] * len(RETRYABLE_FAILURE_CODES))
+    quote = connection.ops.quote_name
+    previews, executions = quote(Preview._meta.db_table), quote(Execution._meta.db_table)
+    outcomes = ", ".join(["%s"] * len(EFFECT_IN_FLIGHT_OUTCOMES))
     sql = (
-        f"SELECT COALESCE(SUM(amount_minor), 0) FROM {table} WHERE subject_id = {subject_id} AND subject_type = %s "
-        f"AND execution_started_at IS NOT NULL AND (status = %s OR (status = %s AND failure_code IN ({codes})))"
+        f"SELECT COALESCE(SUM(p.amount_minor), 0) FROM {previews} p JOIN {executions} e ON e.preview_id = p.id "
+        f"WHERE p.subject_id = {subject_id} AND p.subject_type = %s AND e.outcome IN ({outcomes})"
     )
-    return sql + " AND id <> %s" if excluding else sql
+    return sql + " AND p.id <> %s" if excluding else sql
 
 
 def _amount_in_flight_params(subject_type: str) -> list[Any]:
-    return [subject_type, PreviewStatus.APPROVED, PreviewStatus.FAILED, *sorted(RETRYABLE_FAILURE_CODES)]
+    return [subject_type, *(outcome.value for outcome in EFFECT_IN_FLIGHT_OUTCOMES)]
 
 
 def amount_in_flight(*, subject_type: str, subject_id: str, exclude: Any = None) -> int:
     """What executions in flight take from the subject: the amounts of its previews whose outside effect
-    may already exist but is not recorded yet (started and still approved, or failed in a way a retry
-    completes). One statement whose SQL is built once: it is asked on every proposal and every
-    execution (approvals/rows.py says why the ORM is avoided there)."""
+    may already exist but is not recorded yet (in progress, unknown, or made and not recorded). One
+    statement whose SQL is built once: it is asked on every proposal and every execution."""
     params: list[Any] = [subject_id, *_amount_in_flight_params(subject_type)]
     if exclude is not None:
         pk = Preview._meta.pk

@@ -25,17 +25,17 @@ from django.utils import timezone
 
 from .audit_chain import GENESIS, audit_record_content, audit_record_fields, audit_record_hash, audit_record_text_parts
 from .digests import canonical_json, digest_of, sha256_hex
-from .errors import ApplicationError, DecisionError, ExecutionFailure, PolicyRefusal
+from .errors import ApplicationError, DecisionError, PolicyRefusal
 from .models import (
     AWAITING_STATUSES,
     OPEN_STATUSES,
-    RETRYABLE_FAILURE_CODES,
     AgentSession,
     Approval,
     ApprovalRole,
     AuditChainHead,
     AuditEvent,
     AuditRecord,
+    Execution,
     IdempotencyRecord,
     Preview,
     PreviewStatus,
@@ -558,17 +558,24 @@ def preview_expire_if_due(preview: Preview, *, now: Any = None) -> bool:
     return False
 
 
-@transaction.atomic
-def previews_expire_stale() -> int:
-    """Expire every preview whose approval window has passed (the periodic sweeper)."""
-    now = timezone.now()
+EXPIRE_BATCH_SIZE = 100
+
+
+def previews_expire_stale(*, batch_size: int = EXPIRE_BATCH_SIZE) -> int:
+    """Expire every preview whose approval window has passed (the periodic sweeper), a small batch per
+    transaction, so that the audit's head and the previews are never held for the whole sweep."""
     count = 0
-    stale = Preview.objects.select_for_update(skip_locked=True).filter(
-        status__in=AWAITING_STATUSES, expires_at__lte=now
-    )
-    for preview in stale.order_by("pk"):
-        count += preview_expire_if_due(preview, now=now)
-    return count
+    while True:
+        with _audited_transaction():
+            now = timezone.now()
+            stale = Preview.objects.select_for_update(skip_locked=True).filter(
+                status__in=AWAITING_STATUSES, expires_at__lte=now
+            )
+            batch = list(stale.order_by("pk")[:batch_size])
+            expired = sum(preview_expire_if_due(preview, now=now) for preview in batch)
+        count += expired
+        if len(batch) < batch_size:
+            return count
 
 
 def preview_refresh(*, preview: Preview) -> Preview:
@@ -597,19 +604,6 @@ def _dispatch_execution(preview_id: str) -> bool:
 def _enqueue_execution(preview: Preview) -> None:
     preview_id = str(preview.pk)
     transaction.on_commit(lambda: _dispatch_execution(preview_id))
-
-
-def previews_dispatch_stalled(*, older_than_seconds: int | None = None) -> int:
-    """Publish again the approved previews whose execution never happened (the periodic sweeper).
-
-    Covers a task lost between commit and publish (broker down, web process killed). Publishing
-    twice is harmless: execution is idempotent and locked.
-    """
-    wait = settings.EXECUTION_STALL_SECONDS if older_than_seconds is None else older_than_seconds
-    cutoff = timezone.now() - timedelta(seconds=wait)
-    stalled = Preview.objects.filter(status=PreviewStatus.APPROVED, status_changed_at__lte=cutoff)
-    stalled_ids = stalled.order_by("status_changed_at").values_list("pk", flat=True)
-    return sum(_dispatch_execution(str(pk)) for pk in stalled_ids)
 
 
 def _approval_add(
@@ -641,7 +635,14 @@ def _approval_add(
         result={"status": preview.status},
     )
     if preview.status == PreviewStatus.APPROVED:
+        _execution_open(preview)
         _enqueue_execution(preview)
+
+
+def _execution_open(preview: Preview) -> None:
+    """Every approved preview gets its execution, pending until a worker takes its lease."""
+    deadline = timezone.now() + timedelta(seconds=settings.EXECUTION_DEADLINE_SECONDS)
+    insert_rows([Execution(preview=preview, deadline=deadline)])
 
 
 def preview_approve(
@@ -763,56 +764,7 @@ def _decision_error(
     return None
 
 
-# Execution -----------------------------------------------------------------------------------
-
-
-def _execution_problem(
-    preview: Preview, action: Action, subject: Any, approvals: list[Approval]
-) -> tuple[PreviewStatus, str, str] | None:
-    if subject is None:
-        return PreviewStatus.FAILED, "subject_unavailable", "The order or invoice no longer exists."
-    if _preview_digest(preview) != preview.digest:
-        return PreviewStatus.FAILED, "digest_mismatch", "The preview does not match what was approved."
-    by_role = {a.role: a for a in approvals}
-    for role in preview.required_approvals:
-        approval = by_role.get(role)
-        if (
-            approval is None
-            or approval.digest != preview.digest
-            or approval.subject_version != preview.subject_version
-            or approval.created_at > preview.expires_at
-        ):
-            return PreviewStatus.FAILED, "approval_missing", f"The {role} approval is missing or does not match."
-    if action.subject_version(subject) != preview.subject_version:
-        return (
-            PreviewStatus.SUPERSEDED,
-            "subject_changed",
-            "The order or invoice changed after this preview was approved; a new preview is needed.",
-        )
-    return None
-
-
-def preview_execute(*, preview_id: Any) -> Preview | None:
-    """Execute an approved preview exactly once. Safe to run twice, concurrently, or after a crash.
-
-    Three steps, as in Brandur's recovery points. (1) Under locks: check everything and mark the
-    preview started, which reserves its effect. (2) With no locks held: make the outside effect
-    through the action, idempotently per preview. (3) Under locks: record it and mark executed.
-    A run that finds the preview already started skips (1)'s checks: the provider may have acted,
-    so the only safe way on is to ask it again with the same key and record what it answers.
-
-    Raises TransientExecutionError (from the action) when a retry may succeed.
-    """
-    try:
-        begun = _execution_begin(preview_id)
-        if begun.action is None:
-            return begun.preview
-        if not begun.action.idempotent_effect:
-            return _execution_finish(preview_id, begun.action, effect=None, approvals=begun.approvals)
-        effect = begun.action.perform(preview=begun.preview, subject=begun.subject)
-        return _execution_finish(preview_id, begun.action, effect=effect, approvals=begun.approvals)
-    except ExecutionFailure as failure:
-        return preview_fail(preview_id=preview_id, code=failure.code, reason=failure.message, facts=failure.facts)
+# Execution (approvals.executions runs it) ----------------------------------------------
 
 
 @cache
@@ -826,228 +778,3 @@ def _approvals_of(preview: Preview) -> list[Approval]:
     """`list(preview.approvals.all())`, with its SQL built once: every execution reads them."""
     key = Preview._meta.pk.get_db_prep_value(preview.pk, connection)
     return list(Approval.objects.raw(_approvals_sql(), [key]))
-
-
-@dataclass(frozen=True)
-class _Begun:
-    """What step 1 leaves for steps 2 and 3. `action` is None when there is nothing to do. `subject`
-    and `approvals` are as step 1 checked them under lock, or None when this run resumes an execution
-    that an earlier run started (it checked nothing: the later steps read what they need)."""
-
-    preview: Preview | None
-    action: Action | None = None
-    subject: Any = None
-    approvals: list[Approval] | None = None
-
-
-def _execution_begin(preview_id: Any) -> _Begun:
-    """Step 1. Returns the action when the effect should be made (now or again)."""
-    with _audited_transaction():
-        preview = fetch_one(Preview, lock=True, id=preview_id)
-        if preview is None:
-            logger.warning("execute_preview: no preview %s", preview_id)
-            return _Begun(None)
-        if preview.status != PreviewStatus.APPROVED:
-            return _Begun(preview)
-        action = registry.action(preview.action)
-        if action is None:
-            raise ExecutionFailure(f"No action {preview.action!r} is registered.", code="unknown_action")
-        if preview.execution_started_at is not None:
-            return _Begun(preview, action)
-        subject = action.lock_subject(preview)
-        approvals = _approvals_of(preview)
-        problem = _execution_problem(preview, action, subject, approvals)
-        if problem is not None:
-            status, code, reason = problem
-            _mark(preview, status, code=code, reason=reason)
-            event = AuditEvent.SUPERSEDED if status == PreviewStatus.SUPERSEDED else AuditEvent.EXECUTION_FAILED
-            audit_record(event=event, preview=preview, result={"code": code, "reason": reason})
-            return _Begun(preview)
-        try:
-            action.revalidate(preview=preview, subject=subject)
-        except PolicyRefusal as refusal:
-            _mark(preview, PreviewStatus.FAILED, code=refusal.code, reason=refusal.message)
-            audit_record(event=AuditEvent.EXECUTION_FAILED, preview=preview, result={"error": refusal.as_dict()})
-            return _Begun(preview)
-        preview.execution_started_at = timezone.now()
-        update_fields_at_commit(preview, ["execution_started_at", "status_changed_at"])
-        audit_record(
-            event=AuditEvent.EXECUTION_STARTED,
-            preview=preview,
-            result={"subject_version": action.subject_version(subject)},
-        )
-        return _Begun(preview, action, subject, approvals)
-
-
-def _execution_finish(
-    preview_id: Any, action: Action, effect: dict[str, Any] | None, approvals: list[Approval] | None
-) -> Preview:
-    """Step 3: record the effect and mark the preview executed (once, whoever gets here first).
-
-    Without an effect in hand (an action whose effect is not idempotent), make it here, under the
-    preview's lock: a second run waits, then finds the preview executed. `approvals` are the ones
-    step 1 checked (approvals are never changed once the preview is approved), None to read them.
-    """
-    with _audited_transaction():
-        preview = fetch_one(Preview, lock=True, id=preview_id)
-        if preview is None:
-            raise Preview.DoesNotExist(f"No preview {preview_id}")
-        if preview.status != PreviewStatus.APPROVED:
-            if effect is not None and preview.status != PreviewStatus.EXECUTED:
-                logger.error("Preview %s is %s but its effect was made: %s", preview_id, preview.status, effect)
-            return preview
-        if effect is None:
-            effect = action.perform(preview=preview)
-        subject = action.lock_subject(preview)
-        if subject is None:
-            raise ExecutionFailure("The order or invoice disappeared during execution.", code="subject_unavailable")
-        result = action.record(preview=preview, subject=subject, effect=effect)
-        preview.status = PreviewStatus.EXECUTED
-        preview.result = result
-        preview.executed_at = timezone.now()
-        # Nothing below reads the row again (the siblings' query leaves this preview out by its id).
-        update_fields_at_commit(preview, ["status", "result", "executed_at", "status_changed_at"])
-        audit_record(
-            event=AuditEvent.EXECUTED,
-            preview=preview,
-            approval_basis={
-                a.role: {"approver": a.approver_id, "digest": a.digest, "basis": a.basis}
-                for a in (_approvals_of(preview) if approvals is None else approvals)
-            },
-            result=result,
-        )
-        _supersede_siblings(preview, action, subject)
-        return preview
-
-
-def _supersede_siblings(preview: Preview, action: Action, subject: Any) -> None:
-    """Open previews on the same subject were made against a version that no longer exists.
-
-    Siblings locked by another transaction are skipped: that transaction locked the sibling
-    before waiting for the subject (the lock order everywhere), so waiting here would deadlock.
-    It checks the subject version once it gets the subject and supersedes the sibling itself.
-    """
-    sibling_ids = _sibling_ids_to_supersede(preview, new_version=action.subject_version(subject))
-    if not sibling_ids:  # the usual case: one statement, its SQL built once per process
-        return
-    for sibling in Preview.objects.filter(pk__in=sibling_ids).order_by("pk"):  # locked by us already
-        _mark(
-            sibling,
-            PreviewStatus.SUPERSEDED,
-            code="subject_changed",
-            reason=f"Another action on {preview.subject_id} was completed first; a new preview is needed.",
-        )
-        audit_record(event=AuditEvent.SUPERSEDED, preview=sibling, result={"by_preview": str(preview.pk)})
-
-
-@cache
-def _sibling_ids_sql(*, lock: bool) -> str:
-    table = connection.ops.quote_name(Preview._meta.db_table)
-    statuses = ", ".join(["%s"] * len(OPEN_STATUSES))
-    sql = (
-        f"SELECT id FROM {table} WHERE subject_type = %s AND subject_id = %s AND status IN ({statuses}) "
-        # One already started may have moved money: it completes.
-        "AND execution_started_at IS NULL AND id <> %s AND subject_version <> %s ORDER BY id"
-    )
-    return sql + " FOR UPDATE SKIP LOCKED" if lock else sql
-
-
-def _sibling_ids_to_supersede(preview: Preview, *, new_version: int) -> list[Any]:
-    """Lock (skipping those locked elsewhere) the subject's other open previews, not started, made
-    against another version than `new_version`; their ids in order."""
-    pk = Preview._meta.pk
-    params = [preview.subject_type, preview.subject_id, *(status.value for status in OPEN_STATUSES),
-              pk.get_db_prep_value(preview.pk, connection), new_version]
-    with statement_cursor() as cursor:
-        cursor.execute(_sibling_ids_sql(lock=connection.features.has_select_for_update_skip_locked), params)
-        return [row[0] for row in cursor.fetchall()]
-
-
-def preview_fail(*, preview_id: Any, code: str, reason: str, facts: dict[str, Any] | None = None) -> Preview | None:
-    """Mark an approved preview failed for good (a permanent refusal, or retries exhausted)."""
-    with _audited_transaction():
-        preview = fetch_one(Preview, lock=True, id=preview_id)
-        if preview is None or preview.status != PreviewStatus.APPROVED:
-            return preview
-        _mark(preview, PreviewStatus.FAILED, code=code, reason=reason)
-        audit_record(
-            event=AuditEvent.EXECUTION_FAILED,
-            preview=preview,
-            result={"code": code, "reason": reason, **(facts or {})},
-        )
-        return preview
-
-
-# Retries -------------------------------------------------------------------------------------
-
-
-
-def preview_is_retryable(preview: Preview) -> bool:
-    return preview.status == PreviewStatus.FAILED and preview.failure_code in RETRYABLE_FAILURE_CODES
-
-
-def preview_execution_attempt_failed(*, preview_id: Any, attempt: int, error: str, will_retry: bool) -> None:
-    """Audit one execution attempt that failed transiently (the worker retries or gives up)."""
-    preview = Preview.objects.filter(pk=preview_id).first()
-    if preview is None:
-        return
-    audit_record(
-        event=AuditEvent.EXECUTION_ATTEMPT_FAILED,
-        preview=preview,
-        result={"attempt": attempt, "error": error[:500], "will_retry": will_retry},
-    )
-
-
-def _retry_refusal(preview: Preview) -> DecisionError | None:
-    if preview.status != PreviewStatus.FAILED:
-        return DecisionError(
-            f"Only a failed execution can be retried; this preview is {preview.get_status_display().lower()}.",
-            code="not_failed",
-        )
-    if not preview_is_retryable(preview):
-        return DecisionError(
-            f"This preview failed for a reason a retry cannot change ({preview.failure_code}): "
-            f"{preview.failure_reason} It needs a new proposal.",
-            code="not_retryable",
-        )
-    # The agent may have proposed the same thing again after the failure; running both could pay twice.
-    if Preview.objects.filter(proposal_key=preview.proposal_key, status__in=OPEN_STATUSES).exists():
-        return DecisionError(
-            "A newer preview of the same proposal is open; decide that one instead of retrying this one.",
-            code="newer_preview_open",
-        )
-    return None
-
-
-def preview_retry(*, preview_id: Any, staff: AbstractBaseUser) -> Preview:
-    """Run a preview whose execution failed transiently again: the same preview, the same approvals
-    and the same idempotency key (`refund:<preview id>`), so a retry can never pay twice.
-
-    Raises Preview.DoesNotExist, or DecisionError when the failure is not one a retry can mend.
-    """
-    with transaction.atomic():
-        preview = Preview.objects.select_for_update().get(pk=preview_id)
-        error = _retry_refusal(preview)
-        if error is not None:
-            audit_record(
-                event=AuditEvent.DECISION_REFUSED,
-                preview=preview,
-                actor=staff,
-                result={"error": error.as_dict(), "operation": "retry"},
-            )
-        else:
-            previous = {"code": preview.failure_code, "reason": preview.failure_reason}
-            retries = preview.audit_records.filter(event=AuditEvent.RETRIED).count()
-            # Should a twin proposal open in between, the partial unique index on open previews
-            # refuses this save and the retry fails closed.
-            _mark(preview, PreviewStatus.APPROVED)
-            audit_record(
-                event=AuditEvent.RETRIED,
-                preview=preview,
-                actor=staff,
-                result={"previous_failure": previous, "retry": retries + 1, "status": preview.status},
-            )
-            _enqueue_execution(preview)
-    if error is not None:
-        raise error
-    return preview

@@ -12,7 +12,7 @@ from django.views.decorators.http import require_POST
 
 from .errors import DecisionError
 from .models import ApprovalRole, Preview, PreviewStatus
-from .presentation import format_datetime, preview_headline
+from .presentation import format_datetime, preview_headline, preview_state_key, preview_state_words
 from .registry import registry
 from .services import preview_approve, preview_decline, preview_refresh
 
@@ -23,8 +23,12 @@ class DecisionForm(forms.Form):
 
 def _page_context(preview: Preview, **extra: Any) -> dict[str, Any]:
     action = registry.action(preview.action)
+    state_title, state_text = preview_state_words(preview, "customer")
     return {
         "preview": preview,
+        "state_key": preview_state_key(preview),
+        "state_title": state_title,
+        "state_text": state_text,
         "headline": preview_headline(preview),
         "rows": action.display_rows(preview) if action else [],
         "consequence": action.consequence(preview) if action else "",

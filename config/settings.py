@@ -234,12 +234,20 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
 }
 
-# An approved preview not executed after this long is published again by the sweeper.
+# An approved preview whose execution no worker took after this long is published again by the sweeper.
 EXECUTION_STALL_SECONDS = env.int("EXECUTION_STALL_SECONDS", default=60)
+# How long one attempt holds an execution: longer than one provider call with its time-out, so that
+# only a dead or stuck worker's lease expires and is taken over (docs/execution.md).
+EXECUTION_LEASE_SECONDS = env.int("EXECUTION_LEASE_SECONDS", default=120)
+# A first effect may be made until this long after the approval; later, a new proposal is needed.
+EXECUTION_DEADLINE_SECONDS = env.int("EXECUTION_DEADLINE_SECONDS", default=86400)
+# The resolver looks up an unknown effect again at most this often per execution.
+EXECUTION_RESOLVE_INTERVAL_SECONDS = env.int("EXECUTION_RESOLVE_INTERVAL_SECONDS", default=300)
 
 CELERY_BEAT_SCHEDULE = {
     "expire-previews": {"task": "approvals.expire_previews", "schedule": 60.0},
     "dispatch-stalled-previews": {"task": "approvals.dispatch_stalled_previews", "schedule": 30.0},
+    "resolve-unknown-executions": {"task": "approvals.resolve_unknown_executions", "schedule": 60.0},
 }
 # Publishing to a broker that is down fails fast; the sweeper publishes again later.
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}

@@ -47,6 +47,14 @@ def _is_transient(error: Exception) -> bool:
     return True  # refused connection, timeout, dropped connection: the server never accepted it
 
 
+def _may_have_been_accepted(error: Exception) -> bool:
+    """An SMTP answer (4xx) or a refused connection proves the message was not taken; a time-out or a
+    dropped connection after the data was sent does not."""
+    if isinstance(error, smtplib.SMTPResponseException | smtplib.SMTPRecipientsRefused | ConnectionRefusedError):
+        return False
+    return not isinstance(error, smtplib.SMTPConnectError)
+
+
 def invoice_email_send(*, preview: Preview, invoice: Invoice) -> dict[str, Any]:
     """Send the approved invoice email. Refuses anything but an approved, unexecuted send_invoice
     preview whose invoice version and rendered content are the ones that were approved."""
@@ -77,7 +85,9 @@ def invoice_email_send(*, preview: Preview, invoice: Invoice) -> dict[str, Any]:
     except (smtplib.SMTPException, OSError) as error:
         answer = _smtp_answer(error)
         if _is_transient(error):
-            raise TransientExecutionError(f"The mail server did not take the message: {answer}") from error
+            raise TransientExecutionError(
+                f"The mail server did not take the message: {answer}", effect_possible=_may_have_been_accepted(error)
+            ) from error
         raise InvoiceSendRefused(f"The mail server refused the message: {answer}", code="mail_refused") from error
     return {
         "invoice_version": invoice.version,

@@ -7,7 +7,7 @@ from typing import Any
 from django.conf import settings
 
 from approvals.errors import PolicyRefusal
-from approvals.models import ApprovalRole, Preview
+from approvals.models import ApprovalRole, Preview, PreviewStatus
 from approvals.money import format_minor
 from approvals.registry import Action, DisplayRow, FactTable, Proposal, RuleResult
 from approvals.rows import column_sql, fetch_one
@@ -16,7 +16,7 @@ from approvals.selectors import amount_in_flight, amount_in_flight_subquery
 from .models import Order, Refund
 from .policy import order_unavailable, refund_policy_check, refund_policy_checks
 from .serializers import RefundOrderArguments
-from .services import refund_pay, refund_record
+from .services import refund_find, refund_pay, refund_record
 
 REASON_WORDS = {"damaged": "Arrived damaged", "late": "Delivered late", "unwanted": "No longer wanted"}
 RULE_WORDS = {
@@ -106,6 +106,11 @@ class RefundOrderAction(Action):
     def perform(self, *, preview: Preview, subject: Any = None) -> dict[str, Any]:
         return refund_pay(preview=preview, order=subject)
 
+    can_look_up_effect = True
+
+    def find_effect(self, *, preview: Preview) -> dict[str, Any] | None:
+        return refund_find(preview=preview)
+
     def record(self, *, preview: Preview, subject: Any, effect: dict[str, Any]) -> dict[str, Any]:
         return refund_record(preview=preview, order=subject, refund_id=effect["refund_id"])
 
@@ -161,7 +166,9 @@ class RefundOrderAction(Action):
         money = order.currency
         customer = order.customer
         days = order.delivery_days
-        after = order.remaining_minor - preview.amount_minor
+        # Once executed, the order's refunded amount already includes this refund.
+        recorded = preview.status == PreviewStatus.EXECUTED
+        after = order.remaining_minor if recorded else order.remaining_minor - preview.amount_minor
         return [
             DisplayRow("Order", order.number),
             DisplayRow("Customer", f"{customer.get_username()} ({customer.email or 'no email'})"),
@@ -173,7 +180,7 @@ class RefundOrderAction(Action):
             DisplayRow("Already refunded", format_minor(order.refunded_minor, money)),
             DisplayRow("Remaining refundable", format_minor(order.remaining_minor, money)),
             DisplayRow(
-                "Remaining after this refund",
+                "Remaining after this refund" + (" (made)" if recorded else ""),
                 format_minor(after, money) if after >= 0 else f"{format_minor(-after, money)} too much",
             ),
             DisplayRow("Payment reference", order.payment_ref or "none"),

@@ -34,6 +34,15 @@ class GatewayUnavailable(ExecutionFailure):
     there, so staff may retry the preview from the console once the configuration is fixed."""
 
     code = "gateway_unavailable"
+    before_effect = True
+
+
+class GatewayRefundMismatch(ExecutionFailure):
+    """The provider made a refund, but not the one asked for (another amount or currency): money
+    moved in a way the ledger cannot record. The refund's facts go to staff; nothing is retried."""
+
+    code = "gateway_refund_mismatch"
+    effect_made = True
 
 
 class GatewayMisconfigured(GatewayUnavailable, ImproperlyConfigured):
@@ -45,6 +54,12 @@ class PaymentGateway(Protocol):
     def refund(
         self, *, payment_ref: str, amount_minor: int, currency: str, idempotency_key: str
     ) -> GatewayRefund: ...
+
+    def find_refund(
+        self, *, payment_ref: str, amount_minor: int, currency: str, idempotency_key: str
+    ) -> GatewayRefund | None:
+        """The refund made with this idempotency key, if any, without making one."""
+        ...
 
 
 class LocalGateway:
@@ -66,12 +81,28 @@ class LocalGateway:
             existing = fetch_one(LocalGatewayRefund, idempotency_key=idempotency_key)
             if existing is None:  # the skipped row clashed on its random refund id instead
                 raise TransientExecutionError(f"The local gateway could not store the refund {idempotency_key}.")
-        if (existing.payment_ref, existing.amount_minor, existing.currency) != (payment_ref, amount_minor, currency):
-            raise GatewayDeclined(
-                f"The idempotency key {idempotency_key} was used for a different refund.",
-                code="idempotency_error",
-            )
-        return GatewayRefund(id=existing.refund_id, amount_minor=existing.amount_minor, currency=existing.currency)
+        return _checked_local(existing, payment_ref=payment_ref, amount_minor=amount_minor, currency=currency)
+
+    def find_refund(
+        self, *, payment_ref: str, amount_minor: int, currency: str, idempotency_key: str
+    ) -> GatewayRefund | None:
+        existing = fetch_one(LocalGatewayRefund, idempotency_key=idempotency_key)
+        if existing is None:
+            return None
+        return _checked_local(existing, payment_ref=payment_ref, amount_minor=amount_minor, currency=currency)
+
+
+def _checked_local(
+    existing: LocalGatewayRefund, *, payment_ref: str, amount_minor: int, currency: str
+) -> GatewayRefund:
+    if (existing.payment_ref, existing.amount_minor, existing.currency) != (payment_ref, amount_minor, currency):
+        raise GatewayRefundMismatch(
+            f"The idempotency key {existing.idempotency_key} was used for a different refund "
+            f"({existing.refund_id}: {existing.amount_minor} {existing.currency} of {existing.payment_ref}).",
+            code="idempotency_error",
+            refund_id=existing.refund_id,
+        )
+    return GatewayRefund(id=existing.refund_id, amount_minor=existing.amount_minor, currency=existing.currency)
 
 
 def payment_gateway() -> PaymentGateway:

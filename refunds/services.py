@@ -56,6 +56,23 @@ def refund_pay(*, preview: Preview, order: Order | None = None) -> dict[str, Any
             "currency": gateway_refund.currency}
 
 
+def refund_find(*, preview: Preview) -> dict[str, Any] | None:
+    """The refund an earlier attempt made for this preview, asked of the gateway without making one."""
+    order = fetch_one(Order, number=preview.subject_id)
+    if order is None:
+        raise Order.DoesNotExist(f"No order {preview.subject_id}")
+    gateway_refund = payment_gateway().find_refund(
+        payment_ref=order.payment_ref or order.number,
+        amount_minor=preview.amount_minor,
+        currency=preview.currency,
+        idempotency_key=f"refund:{preview.pk}",
+    )
+    if gateway_refund is None:
+        return None
+    return {"refund_id": gateway_refund.id, "amount_minor": gateway_refund.amount_minor,
+            "currency": gateway_refund.currency}
+
+
 def refund_record(*, preview: Preview, order: Order, refund_id: str) -> dict[str, Any]:
     """Write the paid refund to the ledger and the order. Runs under the engine's locks, in its audited
     transaction: the order's update goes with the audit append (nothing reads the order again before)."""

@@ -27,7 +27,7 @@ from django.conf import settings
 
 from approvals.errors import TransientExecutionError
 
-from .gateways import GatewayDeclined, GatewayRefund, GatewayUnavailable
+from .gateways import GatewayDeclined, GatewayRefund, GatewayRefundMismatch, GatewayUnavailable
 
 DEFAULT_TIMEOUT_SECONDS = 10.0
 IDEMPOTENCY_KEY_PREFIX = "refund:"
@@ -65,6 +65,24 @@ class StripeGateway:
             raise classify_stripe_error(error) from error
         return _checked(refund, payment_ref=payment_ref, amount_minor=amount_minor, currency=currency)
 
+    def find_refund(
+        self, *, payment_ref: str, amount_minor: int, currency: str, idempotency_key: str
+    ) -> GatewayRefund | None:
+        """List the PaymentIntent's refunds (every page) and find the one whose metadata carries this
+        key. A lookup, never a POST: a replayed POST whose first request never reached Stripe would
+        create the refund (https://docs.stripe.com/api/refunds/list)."""
+        try:
+            page = self.client.v1.refunds.list(params={"payment_intent": payment_ref, "limit": 100})
+            for refund in page.auto_paging_iter():
+                if (refund.to_dict().get("metadata") or {}).get("idempotency_key") == idempotency_key:
+                    return _checked(refund, payment_ref=payment_ref, amount_minor=amount_minor, currency=currency)
+        except stripe.StripeError as error:
+            classified = classify_stripe_error(error)
+            if isinstance(classified, GatewayDeclined):  # e.g. the PaymentIntent is unknown: ask a person
+                raise TransientExecutionError(f"Stripe could not list the refunds: {classified.message}") from error
+            raise classified from error
+        return None
+
 
 @functools.lru_cache(maxsize=8)
 def _client(api_key: str, api_base: str, timeout: float) -> stripe.StripeClient:
@@ -98,14 +116,14 @@ def _checked(refund: Any, *, payment_ref: str, amount_minor: int, currency: str)
     facts = {"provider": "stripe", "refund_id": refund_id, "refund_status": data.get("status")}
     refund_currency = str(data.get("currency") or "").upper()
     if refund_currency != currency.upper():
-        raise GatewayDeclined(
+        raise GatewayRefundMismatch(
             f"Stripe refunded in {refund_currency or 'an unknown currency'} (refund {refund_id}), "
             f"but the order is in {currency.upper()}; the refund needs manual reconciliation.",
             code="gateway_currency_mismatch",
             **facts,
         )
     if data.get("amount") != amount_minor or data.get("payment_intent") not in (None, payment_ref):
-        raise GatewayDeclined(
+        raise GatewayRefundMismatch(
             f"Stripe refunded {data.get('amount')} minor units of {data.get('payment_intent')} (refund {refund_id}) "
             f"instead of {amount_minor} of {payment_ref}; the refund needs manual reconciliation.",
             code="gateway_refund_mismatch",
@@ -150,7 +168,11 @@ def classify_stripe_error(error: stripe.StripeError) -> Exception:
         detail = " ".join(str(error.user_message or error).split())
         detail = detail.partition("(Network error: ")[2].rstrip(")") or detail
         return TransientExecutionError(f"Stripe did not answer: {detail}")
-    if status >= 500 or status in (409, 429) or isinstance(error, stripe.RateLimitError):
+    if status == 429 or isinstance(error, stripe.RateLimitError):
+        # Rate limited before the endpoint ran: nothing was made.
+        return TransientExecutionError(f"Stripe is unavailable for now ({label}): {fields['message']}",
+                                       effect_possible=False)
+    if status >= 500 or status == 409:
         return TransientExecutionError(f"Stripe is unavailable for now ({label}): {fields['message']}")
     if isinstance(error, stripe.IdempotencyError) or fields["type"] == "idempotency_error":
         return GatewayDeclined(

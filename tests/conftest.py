@@ -139,3 +139,23 @@ def propose(client, name="refund_order", headers=None, **arguments):
         format="json",
         headers=headers or {},
     )
+
+
+def give_up_execution(preview, *, effect_possible=False, error="timeout"):
+    """Drive an approved preview's execution as a worker that gave up after transient errors: with
+    `effect_possible` the effect is unknown, else nothing was done (a retryable refusal)."""
+    from django.db import transaction
+
+    from approvals.errors import TransientExecutionError
+    from approvals.executions import Outcome, execution_attempt_failed, execution_transition
+    from approvals.models import Execution, Preview
+
+    with transaction.atomic():
+        locked = Preview.objects.select_for_update().get(pk=preview.pk)
+        execution = Execution.objects.select_for_update().get(pk=preview.pk)
+        execution_transition(execution, locked, Outcome.IN_PROGRESS, token=None, lease_owner="test-worker")
+    failure = TransientExecutionError(f"Gave up after 6 attempts: {error}", effect_possible=effect_possible)
+    failure.fencing_token = execution.fencing_token
+    execution_attempt_failed(preview_id=preview.pk, error=failure, will_retry=False)
+    preview.refresh_from_db()
+    return preview

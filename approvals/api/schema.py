@@ -20,7 +20,7 @@ from drf_spectacular.utils import (
 from rest_framework import serializers
 
 from ..arguments import MAX_SAFE_MINOR
-from ..models import ApprovalRole, PreviewStatus
+from ..models import ApprovalRole, ExecutionOutcome, PreviewStatus
 from ..registry import registry
 
 
@@ -120,6 +120,15 @@ def _camel(name: str) -> str:
     return "".join(part.capitalize() for part in name.split("_"))
 
 
+def OUTCOME_FIELD() -> serializers.ChoiceField:  # noqa: N802 - a field factory, read like a field class
+    return serializers.ChoiceField(
+        choices=ExecutionOutcome.choices,
+        allow_null=True,
+        help_text="What is known about the execution's effect; null before the preview was approved. "
+        "`refused_before_effect` and `failed_after_check` prove nothing was done; `effect_unknown` does not.",
+    )
+
+
 def _preview_serializer(name: str, arguments: type[serializers.Serializer]) -> serializers.Serializer:
     """An action's preview: the engine's fields, the action's arguments echoed, amount and currency from
     trusted data."""
@@ -147,6 +156,7 @@ def _preview_serializer(name: str, arguments: type[serializers.Serializer]) -> s
                 required=False, help_text="Where the customer confirms (when a customer approval is required)."
             ),
             "executed": serializers.BooleanField(help_text="True only once the worker executed it."),
+            "outcome": OUTCOME_FIELD(),
             "result": ObjectField(required=False, help_text="What the executor reported (executed only)."),
             "failure": PreviewFailureSerializer(required=False, help_text="Why it failed, expired or was superseded."),
         },
@@ -175,6 +185,7 @@ PREVIEW_ENVELOPE = inline_serializer(
         "ok": TrueField(),
         "executed": serializers.BooleanField(help_text="True only once the worker executed the preview."),
         "status": serializers.ChoiceField(choices=PreviewStatus.choices),
+        "outcome": OUTCOME_FIELD(),
         "preview": PreviewField(),
         "message": serializers.CharField(help_text="The status in words an agent can relay truthfully."),
         "call_id": serializers.CharField(required=False, help_text="Echo of the call's call_id."),

@@ -14,12 +14,13 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.paginator import Page, Paginator
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Case, Count, Q, QuerySet, When
 from django.utils import timezone
 
-from ..models import AgentSession, AuditEvent, AuditRecord, Preview, PreviewStatus
+from ..executions import execution_of, execution_staff_step, executions_of
+from ..models import AgentSession, AuditEvent, AuditRecord, Execution, Preview, PreviewStatus
+from ..presentation import preview_state_words
 from ..registry import Action, DisplayRow, FactTable, ReviewDocument, RuleResult, registry
-from ..services import preview_is_retryable
 
 QUEUE_PAGE_SIZE = 50
 DEFAULT_QUEUE_STATE = PreviewStatus.AWAITING_STAFF.value
@@ -32,6 +33,9 @@ AGE_LIMITS = {
 }
 # Events that show how an execution went: each attempt, its outcome and each retry.
 ATTEMPT_EVENTS = (
+    AuditEvent.EXECUTION_STARTED,
+    AuditEvent.EXECUTION_TRANSITION,
+    AuditEvent.EXECUTION_FENCED_OFF,
     AuditEvent.EXECUTION_ATTEMPT_FAILED,
     AuditEvent.EXECUTION_FAILED,
     AuditEvent.RETRIED,
@@ -174,11 +178,16 @@ class ReviewContext:
     approvals: list[Any]
     siblings: list[QueueRow]
     proposal: AuditRecord | None
-    retryable: bool
+    execution: Execution | None
+    staff_step: str
+    state_title: str
+    state_text: str
 
 
 def preview_review(*, preview: Preview) -> ReviewContext:
     action = registry.action(preview.action)
+    execution = execution_of(preview)
+    state_title, state_text = preview_state_words(preview, "staff", execution)
     siblings = (
         Preview.objects.filter(subject_type=preview.subject_type, subject_id=preview.subject_id)
         .exclude(pk=preview.pk)
@@ -203,7 +212,10 @@ def preview_review(*, preview: Preview) -> ReviewContext:
         approvals=list(preview.approvals.select_related("approver").order_by("created_at")),
         siblings=[QueueRow(preview=p, summary=_summary(p)) for p in siblings],
         proposal=proposal,
-        retryable=preview_is_retryable(preview),
+        execution=execution,
+        staff_step=execution_staff_step(preview, execution),
+        state_title=state_title,
+        state_text=state_text,
     )
 
 
@@ -227,7 +239,19 @@ def _attempt(record: AuditRecord) -> Attempt:
     elif record.event == AuditEvent.EXECUTION_FAILED:
         detail = f"{result.get('code') or error.get('code')}: {result.get('reason') or error.get('message')}"
     elif record.event == AuditEvent.RETRIED:
-        detail = f"retry {result.get('retry')} after {(result.get('previous_failure') or {}).get('code')}"
+        previous = result.get("previous") or {}
+        detail = f"asked to go on after {previous.get('outcome')} ({previous.get('code')})"
+    elif record.event == AuditEvent.EXECUTION_STARTED:
+        how = "took over an expired lease" if result.get("took_over") else "started"
+        looks = ", looking the effect up first" if result.get("look_up_first") else ""
+        detail = f"attempt {result.get('attempt')} {how} (token {result.get('fencing_token')}){looks}"
+    elif record.event == AuditEvent.EXECUTION_TRANSITION:
+        detail = f"{result.get('outcome')}: {result.get('reason') or ''}".strip()
+    elif record.event == AuditEvent.EXECUTION_FENCED_OFF:
+        detail = (
+            f"a late answer from token {result.get('fencing_token')} was refused "
+            f"(token {result.get('current_token')} holds the execution)"
+        )
     elif record.event == AuditEvent.EXECUTED:
         detail = ", ".join(f"{key} {value}" for key, value in result.items() if key.endswith("_id"))
     else:
@@ -239,26 +263,37 @@ def _attempt(record: AuditRecord) -> Attempt:
 class FailureRow:
     preview: Preview
     summary: str
-    retryable: bool
+    staff_step: str
+    state_text: str
     attempts: list[Attempt]
 
 
 def failed_executions(*, user: AbstractBaseUser, page_number: Any = 1) -> tuple[Page, list[FailureRow]]:
-    """Failed executions, most recent first, each with its attempts from the audit log."""
+    """Executions that need attention (first) and failed ones, most recent first, each with its
+    attempts from the audit log."""
     failed = (
         reviewable_previews(user=user)
-        .filter(status=PreviewStatus.FAILED)
+        .filter(status__in=[PreviewStatus.NEEDS_ATTENTION, PreviewStatus.FAILED])
         .select_related("actor")
-        .order_by("-status_changed_at", "pk")
+        .order_by(
+            Case(When(status=PreviewStatus.NEEDS_ATTENTION, then=0), default=1), "-status_changed_at", "pk"
+        )
     )
     page = Paginator(failed, QUEUE_PAGE_SIZE).get_page(page_number)
     previews = list(page.object_list)
+    executions = executions_of(previews)
     attempts: dict[Any, list[Attempt]] = {p.pk: [] for p in previews}
     records = AuditRecord.objects.filter(preview__in=previews, event__in=ATTEMPT_EVENTS).select_related("actor")
     for record in records.order_by("id"):
         attempts[record.preview_id].append(_attempt(record))
     rows = [
-        FailureRow(preview=p, summary=_summary(p), retryable=preview_is_retryable(p), attempts=attempts[p.pk])
+        FailureRow(
+            preview=p,
+            summary=_summary(p),
+            staff_step=execution_staff_step(p, executions.get(p.pk)),
+            state_text=preview_state_words(p, "staff", executions.get(p.pk))[1],
+            attempts=attempts[p.pk],
+        )
         for p in previews
     ]
     return page, rows

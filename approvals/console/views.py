@@ -17,7 +17,8 @@ from django.views.decorators.http import require_GET, require_POST
 from ..errors import DecisionError
 from ..models import ApprovalRole, Preview, PreviewStatus
 from ..registry import registry
-from ..services import agent_sessions_revoke, preview_approve, preview_decline, preview_refresh, preview_retry
+from ..executions import execution_retry
+from ..services import agent_sessions_revoke, preview_approve, preview_decline, preview_refresh
 from . import selectors
 from .exports import audit_csv, audit_jsonl
 from .forms import ApproveForm, AuditExportForm, QueueFilterForm, RejectForm
@@ -87,7 +88,7 @@ def _detail(request: HttpRequest, preview: Preview, *, status: int = 200, **extr
         "preview": preview,
         "can_decide": preview.status == PreviewStatus.AWAITING_STAFF,
         # Checked against the subject as it is now: meaningful while the preview may still run.
-        "show_policy": preview.is_open or preview.status == PreviewStatus.FAILED,
+        "show_policy": preview.is_open or preview.status in (PreviewStatus.FAILED, PreviewStatus.NEEDS_ATTENTION),
         "own_proposal": preview.actor_id == request.user.pk,
         "attempts": selectors.preview_attempts(preview=preview),
         "approve_form": ApproveForm(initial={"digest": preview.digest}),
@@ -179,12 +180,16 @@ def preview_reject_view(request: HttpRequest, preview_id: Any) -> HttpResponse:
 def preview_retry_view(request: HttpRequest, preview_id: Any) -> HttpResponse:
     preview = _preview_or_404(request, preview_id)
     try:
-        preview_retry(preview_id=preview.pk, staff=request.user)
+        execution_retry(
+            preview_id=preview.pk, staff=request.user, nothing_happened=request.POST.get("verdict") == "nothing_happened"
+        )
     except DecisionError as error:
         return _detail(
             request, _preview_or_404(request, preview_id), status=409, error=error.message, error_code=error.code
         )
-    messages.success(request, "Execution restarted with the same preview and idempotency key.")
+    messages.success(
+        request, "Handed to the worker with the same preview and idempotency key; the status below is the real one."
+    )
     return redirect("console:preview", preview_id=preview.pk)
 
 

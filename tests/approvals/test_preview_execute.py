@@ -11,10 +11,11 @@ import pytest
 from django.db import connection
 from django.db.models import F
 
-from approvals import services
+from approvals import executions
 from approvals.errors import DecisionError
+from approvals.executions import preview_execute
 from approvals.models import Approval, ApprovalRole, AuditRecord, Preview, PreviewStatus
-from approvals.services import preview_approve, preview_execute
+from approvals.services import preview_approve
 from approvals.tasks import execute_preview
 from refunds.models import LocalGatewayRefund, Order, OrderStatus, Refund
 from tests.conftest import assert_nothing_moved, events, propose, tampering
@@ -100,9 +101,11 @@ def test_a_gateway_refund_made_before_a_crash_is_reused_not_repeated(
     assert o12.refunded_minor == 500
 
 
-def test_a_key_reused_for_a_different_refund_fails_the_preview(
+def test_a_key_reused_for_a_different_refund_needs_a_person_with_the_refund_it_found(
     alice, o12, alice_agent, django_capture_on_commit_callbacks
 ):
+    """Money moved under this preview's key, but not as approved: it is neither paid again nor
+    called failed. A person sees the provider's refund."""
     preview = make_preview(alice_agent)
     approve_held(preview, alice, django_capture_on_commit_callbacks)
     LocalGatewayRefund.objects.create(
@@ -116,13 +119,15 @@ def test_a_key_reused_for_a_different_refund_fails_the_preview(
     execute_preview.apply(args=[str(preview.pk)])
 
     preview.refresh_from_db()
-    assert preview.status == PreviewStatus.FAILED
+    assert preview.status == PreviewStatus.NEEDS_ATTENTION
     assert preview.failure_code == "idempotency_error"
+    assert preview.execution.outcome == "effect_unrecorded"
+    assert preview.execution.effect["refund_id"] == "lr_other"
     assert Refund.objects.count() == 0
     assert LocalGatewayRefund.objects.count() == 1
     o12.refresh_from_db()
     assert (o12.refunded_minor, o12.version) == (0, 1)
-    assert events(preview)[-1] == "execution_failed"
+    assert events(preview)[-1] == "execution_transition"
 
 
 def test_a_preview_that_is_not_approved_is_not_executed(alice, o12, alice_agent):
@@ -324,7 +329,7 @@ def test_the_task_run_concurrently_refunds_once(transactional_db, alice, o12, al
     preview = make_preview(alice_agent)
     approve_without_enqueueing(preview, alice)
 
-    outcomes = run_at_once(*[lambda: services.preview_execute(preview_id=preview.pk)] * 4)
+    outcomes = run_at_once(*[lambda: executions.preview_execute(preview_id=preview.pk)] * 4)
 
     assert [error for _result, error in outcomes] == [None] * 4
     preview.refresh_from_db()
@@ -375,7 +380,7 @@ def test_a_confirmation_racing_a_sibling_execution_moves_money_once(transactiona
     approve_without_enqueueing(executing, alice)
 
     outcomes = run_at_once(
-        lambda: services.preview_execute(preview_id=executing.pk),
+        lambda: executions.preview_execute(preview_id=executing.pk),
         lambda: confirm(confirming, alice),
     )
 

@@ -106,7 +106,7 @@ def other_customer(db):
 @pytest.fixture
 def failed_transient(awaiting_staff, second_reviewer, django_capture_on_commit_callbacks):
     """Approved by staff, then given up by the worker after transient errors (nothing was paid)."""
-    from approvals.services import preview_fail
+    from tests.conftest import give_up_execution
 
     with django_capture_on_commit_callbacks(execute=False):
         preview_approve(
@@ -115,9 +115,8 @@ def failed_transient(awaiting_staff, second_reviewer, django_capture_on_commit_c
             role=ApprovalRole.STAFF,
             digest=awaiting_staff.digest,
         )
-    preview_fail(preview_id=awaiting_staff.pk, code="retries_exhausted", reason="Gave up after 6 attempts: timeout")
-    awaiting_staff.refresh_from_db()
-    assert awaiting_staff.status == PreviewStatus.FAILED
+    give_up_execution(awaiting_staff)
+    assert awaiting_staff.status == PreviewStatus.NEEDS_ATTENTION
     return awaiting_staff
 
 

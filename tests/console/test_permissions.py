@@ -48,14 +48,15 @@ def targets(awaiting_staff, failed_transient_other):
 def failed_transient_other(big_order, second_reviewer, django_capture_on_commit_callbacks):
     """A second preview on the same order whose execution gave up after transient errors."""
     from approvals.models import ApprovalRole
-    from approvals.services import preview_approve, preview_fail
+    from approvals.services import preview_approve
+    from tests.conftest import give_up_execution
 
     from .conftest import confirmed, proposed
 
     preview = confirmed(proposed(big_order.customer, big_order.number, 11000, reason="unwanted"))
     with django_capture_on_commit_callbacks(execute=False):
         preview_approve(preview_id=preview.pk, approver=second_reviewer, role=ApprovalRole.STAFF, digest=preview.digest)
-    return preview_fail(preview_id=preview.pk, code="retries_exhausted", reason="Gave up: timeout")
+    return give_up_execution(preview)
 
 
 def _request(client: Client, method: str, path: str, preview: Preview):

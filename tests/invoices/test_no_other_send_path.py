@@ -8,8 +8,9 @@ import pytest
 from django.contrib import admin
 from django.core.management import get_commands
 
+from approvals.executions import preview_execute
 from approvals.models import ApprovalRole, Preview, PreviewStatus
-from approvals.services import preview_approve, preview_execute
+from approvals.services import preview_approve
 from invoices.mail import InvoiceSendRefused, invoice_email_send
 from invoices.models import Delivery, Invoice
 from tests.conftest import agent_client_for

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
+from approvals.executions import preview_execute
 from approvals.models import Approval, ApprovalRole, AuditRecord, Preview, PreviewStatus
-from approvals.services import preview_approve, preview_execute
+from approvals.services import preview_approve
 from approvals.tasks import execute_preview
 from invoices.models import Delivery, Invoice, StandingApproval
 from tests.conftest import agent_client_for, propose

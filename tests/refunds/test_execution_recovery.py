@@ -5,8 +5,9 @@ import pytest
 from django.db.models import Sum
 
 from approvals.errors import TransientExecutionError
+from approvals.executions import preview_execute
 from approvals.models import ApprovalRole, PreviewStatus
-from approvals.services import preview_approve, preview_execute
+from approvals.services import preview_approve
 from refunds.models import Order, Refund
 from tests.refunds.test_stripe_gateway import PI, make_preview
 

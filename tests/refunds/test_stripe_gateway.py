@@ -11,8 +11,11 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from approvals.errors import TransientExecutionError
-from approvals.models import ApprovalRole, AuditRecord, Preview, PreviewStatus
-from approvals.services import preview_approve, preview_execute, preview_is_retryable, preview_retry
+from approvals.executions import execution_retry as preview_retry
+from approvals.executions import execution_staff_step, preview_execute
+from approvals.models import ApprovalRole, AuditRecord, Execution, Preview, PreviewStatus
+from approvals.presentation import preview_message
+from approvals.services import preview_approve
 from approvals.tasks import MAX_EXECUTION_RETRIES, execute_preview
 from refunds.gateways import GatewayDeclined, GatewayUnavailable, LocalGateway, payment_gateway
 from refunds.models import LocalGatewayRefund, Refund
@@ -45,6 +48,10 @@ def confirm_and_run(preview, customer, capture) -> Preview:
     assert len(callbacks) == 1
     preview.refresh_from_db()
     return preview
+
+
+def staff_step(preview) -> str:
+    return execution_staff_step(preview, Execution.objects.filter(pk=preview.pk).first())
 
 
 def audit(preview, event) -> list[dict]:
@@ -189,9 +196,11 @@ def test_a_busy_provider_409_key_in_use_or_429_is_retried_and_pays_once(
     assert events(preview) == ["proposed", "confirmed", "execution_started", "execution_attempt_failed", "executed"]
 
 
-def test_a_provider_that_keeps_failing_leaves_the_preview_failed_with_retries_exhausted(
+def test_a_provider_that_keeps_failing_leaves_the_effect_unknown_never_nothing_was_done(
     alice, o12, alice_agent, intent, fake_stripe, django_capture_on_commit_callbacks
 ):
+    """A 5xx may come after Stripe acted: giving up says the effect is unknown, not that nothing moved.
+    Every attempt after the first looks the refund up (GET) before asking again with the same key."""
     fake_stripe.fail_next(100, status=503)
     preview = make_preview(alice_agent)
 
@@ -199,17 +208,27 @@ def test_a_provider_that_keeps_failing_leaves_the_preview_failed_with_retries_ex
 
     attempts = MAX_EXECUTION_RETRIES + 1
     assert [r.status for r in fake_stripe.refund_requests()] == [503] * attempts
+    lookups = [r for r in fake_stripe.requests if r.method == "GET"]
+    assert [r.params["payment_intent"] for r in lookups] == [PI] * (attempts - 1)
     assert_nothing_paid(fake_stripe, o12)
-    assert preview.status == PreviewStatus.FAILED
-    assert preview.failure_code == "retries_exhausted"
+    assert preview.status == PreviewStatus.NEEDS_ATTENTION
+    assert preview.execution.outcome == "effect_unknown"
+    assert preview.failure_code == "effect_unknown"
     assert preview.failure_reason.startswith(f"Gave up after {attempts} attempts: Stripe is unavailable for now (503")
-    assert preview_is_retryable(preview)
-    assert events(preview) == ["proposed", "confirmed", "execution_started"] + [
-        "execution_attempt_failed"
-    ] * attempts + ["execution_failed"]
+    assert staff_step(preview) == "resolve"
+    message = preview_message(preview, base_url="http://testserver")
+    assert "nothing was done" not in message.lower() and "could not confirm" in message
+    assert events(preview) == ["proposed", "confirmed"] + [
+        "execution_started", "execution_attempt_failed"
+    ] * attempts + ["execution_transition"]
+    # One chain: attempts 1..6 with consecutive fencing tokens, none taken over.
+    started = audit(preview, "execution_started")
+    assert [(s["attempt"], s["fencing_token"], s["took_over"]) for s in started] == [
+        (n, n, False) for n in range(1, attempts + 1)
+    ]
     will_retry = [a["will_retry"] for a in audit(preview, "execution_attempt_failed")]
     assert will_retry == [True] * MAX_EXECUTION_RETRIES + [False]
-    assert audit(preview, "execution_failed")[0]["code"] == "retries_exhausted"
+    assert audit(preview, "execution_transition")[-1]["outcome"] == "effect_unknown"
 
 
 def test_staff_retry_after_the_outage_pays_once_with_the_same_key(
@@ -217,7 +236,7 @@ def test_staff_retry_after_the_outage_pays_once_with_the_same_key(
 ):
     fake_stripe.fail_next(MAX_EXECUTION_RETRIES + 1, status=500)
     preview = confirm_and_run(make_preview(alice_agent), alice, django_capture_on_commit_callbacks)
-    assert preview.failure_code == "retries_exhausted"
+    assert preview.execution.outcome == "effect_unknown"
 
     with django_capture_on_commit_callbacks(execute=True):
         preview_retry(preview_id=preview.pk, staff=StaffFactory())
@@ -225,7 +244,8 @@ def test_staff_retry_after_the_outage_pays_once_with_the_same_key(
 
     assert_one_refund_paid(fake_stripe, preview, o12)
     assert len(fake_stripe.refund_requests()) == MAX_EXECUTION_RETRIES + 2
-    assert events(preview)[-3:] == ["execution_failed", "retried", "executed"]
+    assert events(preview)[-4:] == ["execution_transition", "retried", "execution_started", "executed"]
+    assert audit(preview, "execution_started")[-1]["look_up_first"] is True
 
 
 def test_a_500_that_stripe_saved_under_the_key_is_replayed_until_retries_are_exhausted(
@@ -306,7 +326,8 @@ def test_a_refusal_fails_the_preview_at_once_with_the_providers_reason(
     assert preview.failure_code == code
     assert preview.failure_reason == f"Stripe refused the refund: {request.body['error']['message']}"
     assert message_part in preview.failure_reason
-    assert not preview_is_retryable(preview)
+    assert preview.execution.outcome == "failed_after_check"
+    assert staff_step(preview) == ""
     assert events(preview) == ["proposed", "confirmed", "execution_started", "execution_failed"]
     [failed] = audit(preview, "execution_failed")
     assert (failed["code"], failed["provider_code"], failed["provider_status"]) == (code, code, 400)
@@ -358,11 +379,11 @@ def test_an_over_refund_is_classified_by_param_not_code_and_fails_the_preview(
     assert (failed["provider_param"], failed["provider_code"]) == ("amount", "")
 
 
-def test_a_refund_in_another_currency_fails_for_reconciliation_without_a_ledger_row(
+def test_a_refund_in_another_currency_needs_attention_with_the_refund_and_no_ledger_row(
     alice, o12, alice_agent, fake_stripe, django_capture_on_commit_callbacks
 ):
     """The order says EUR but the payment was in USD: the provider refunded, the ledger must not
-    record it as EUR; the preview fails with the refund id so staff can reconcile it."""
+    record it as EUR; the execution waits for a person with the refund id (money moved: not "failed")."""
     fake_stripe.add_payment_intent(PI, amount=1000, currency="usd")
     preview = confirm_and_run(make_preview(alice_agent), alice, django_capture_on_commit_callbacks)
 
@@ -372,11 +393,13 @@ def test_a_refund_in_another_currency_fails_for_reconciliation_without_a_ledger_
     assert Refund.objects.count() == 0
     o12.refresh_from_db()
     assert o12.refunded_minor == 0
-    assert (preview.status, preview.failure_code) == (PreviewStatus.FAILED, "gateway_currency_mismatch")
+    assert (preview.status, preview.failure_code) == (PreviewStatus.NEEDS_ATTENTION, "gateway_currency_mismatch")
     assert refund["id"] in preview.failure_reason
-    assert not preview_is_retryable(preview)
-    [failed] = audit(preview, "execution_failed")
-    assert failed["refund_id"] == refund["id"]
+    assert preview.execution.outcome == "effect_unrecorded"
+    assert preview.execution.effect["refund_id"] == refund["id"]
+    assert staff_step(preview) == "record"
+    [unrecorded] = audit(preview, "execution_transition")
+    assert unrecorded["refund_id"] == refund["id"] and unrecorded["outcome"] == "effect_unrecorded"
 
 
 def test_a_missing_api_key_fails_the_preview_for_staff_to_retry_instead_of_crashing_the_task(
@@ -387,10 +410,11 @@ def test_a_missing_api_key_fails_the_preview_for_staff_to_retry_instead_of_crash
 
     assert fake_stripe.requests == []
     assert_nothing_paid(fake_stripe, o12)
-    assert (preview.status, preview.failure_code) == (PreviewStatus.FAILED, "gateway_unavailable")
+    assert (preview.status, preview.failure_code) == (PreviewStatus.NEEDS_ATTENTION, "gateway_unavailable")
+    assert preview.execution.outcome == "refused_before_effect"
     assert "needs STRIPE_API_KEY" in preview.failure_reason
     assert events(preview) == ["proposed", "confirmed", "execution_started", "execution_failed"]
-    assert preview_is_retryable(preview)
+    assert staff_step(preview) == "retry"
 
 
 def test_rejected_credentials_fail_at_once_and_staff_may_retry_after_the_fix(
@@ -401,9 +425,9 @@ def test_rejected_credentials_fail_at_once_and_staff_may_retry_after_the_fix(
 
     assert [r.status for r in fake_stripe.refund_requests()] == [401]
     assert_nothing_paid(fake_stripe, o12)
-    assert (preview.status, preview.failure_code) == (PreviewStatus.FAILED, "gateway_unavailable")
+    assert (preview.status, preview.failure_code) == (PreviewStatus.NEEDS_ATTENTION, "gateway_unavailable")
     assert "STRIPE_API_KEY" in preview.failure_reason
-    assert preview_is_retryable(preview)
+    assert staff_step(preview) == "retry"
 
     settings.STRIPE_API_KEY = STRIPE_TEST_KEY
     with django_capture_on_commit_callbacks(execute=True):
