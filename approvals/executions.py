@@ -89,7 +89,10 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     Outcome.SUCCEEDED: frozenset(),
     Outcome.FAILED_AFTER_CHECK: frozenset(),
 }
-LEASED_OUTCOMES = (Outcome.IN_PROGRESS,)
+EXECUTION_FIELDS = [
+    "outcome", "attempt", "fencing_token", "lease_owner", "lease_expires_at", "effect_possible", "effect", "code",
+    "detail", "updated_at",
+]
 # The events existing readers of the audit know; every record also carries from/to, attempt and token.
 TRANSITION_EVENTS = {
     Outcome.IN_PROGRESS: AuditEvent.EXECUTION_STARTED,
@@ -185,7 +188,7 @@ def execution_transition(
     if effect is not None:
         execution.effect = effect
     execution.code, execution.detail = code, detail
-    execution.save()
+    update_fields_at_commit(execution, EXECUTION_FIELDS)
 
     status = preview_status_for(to, code)
     preview.status = status
@@ -242,7 +245,8 @@ def _locked(preview_id: Any) -> tuple[Preview, Execution] | None:
     preview = fetch_one(Preview, lock=True, id=preview_id)
     if preview is None:
         return None
-    execution = Execution.objects.select_for_update().filter(preview_id=preview.pk).first()
+    # Every writer of an execution holds its preview's lock first, so a plain read is enough here.
+    execution = fetch_one(Execution, preview_id=preview.pk)
     if execution is None:
         return None
     return preview, execution
@@ -264,13 +268,15 @@ class _Attempt:
     approvals: list[Approval] | None = None
 
 
-def _checks_refusal(preview: Preview, execution: Execution, action: Action, subject: Any) -> tuple[str, str] | None:
-    """Every check before a first effect, under the subject's lock: (code, reason) or None."""
+def _checks_refusal(
+    preview: Preview, execution: Execution, action: Action, subject: Any, approvals: list[Approval]
+) -> tuple[str, str, dict[str, Any]] | None:
+    """Every check before a first effect, under the subject's lock: (code, reason, facts) or None."""
     if subject is None:
-        return "subject_unavailable", "The order or invoice no longer exists."
+        return "subject_unavailable", "The order or invoice no longer exists.", {}
     if _preview_digest(preview) != preview.digest:
-        return "digest_mismatch", "The preview does not match what was approved."
-    by_role = {a.role: a for a in _approvals_of(preview)}
+        return "digest_mismatch", "The preview does not match what was approved.", {}
+    by_role = {a.role: a for a in approvals}
     for role in preview.required_approvals:
         approval = by_role.get(role)
         if (
@@ -279,34 +285,36 @@ def _checks_refusal(preview: Preview, execution: Execution, action: Action, subj
             or approval.subject_version != preview.subject_version
             or approval.created_at > preview.expires_at
         ):
-            return "approval_missing", f"The {role} approval is missing or does not match."
+            return "approval_missing", f"The {role} approval is missing or does not match.", {}
     if action.subject_version(subject) != preview.subject_version:
-        return "subject_changed", "The order or invoice changed after this preview was approved; ask for a new one."
+        return "subject_changed", "The order or invoice changed after this preview was approved; ask for a new one.", {}
     if timezone.now() > execution.deadline:
+        hours = settings.EXECUTION_DEADLINE_SECONDS // 3600
         return (
             "execution_deadline_passed",
-            f"The approval is older than {settings.EXECUTION_DEADLINE_SECONDS // 3600} hours; "
-            "a new proposal is needed before anything is done.",
+            f"The approval is older than {hours} hours; a new proposal is needed before anything is done.",
+            {},
         )
     try:
         action.revalidate(preview=preview, subject=subject)
     except PolicyRefusal as refusal:
-        return refusal.code, refusal.message
+        return refusal.code, refusal.message, {"error": refusal.as_dict()}
     return None
 
 
 def _check_and_reserve(preview: Preview, execution: Execution, action: Action, token: int) -> Any | None:
-    """Run every check under the subject's lock. On a refusal the execution ends before any effect
-    (returns None); on a pass the effect is reserved (its amount counts as in flight) and the subject
-    is returned."""
+    """After a lookup found no effect: run every check under the subject's lock. On a refusal the
+    execution ends before any effect (returns None); on a pass the effect is reserved (its amount
+    counts as in flight) and the subject is returned."""
     subject = action.lock_subject(preview)
-    refusal = _checks_refusal(preview, execution, action, subject)
+    refusal = _checks_refusal(preview, execution, action, subject, _approvals_of(preview))
     if refusal is not None:
-        code, reason = refusal
-        execution_transition(execution, preview, Outcome.REFUSED_BEFORE_EFFECT, token=token, code=code, detail=reason)
+        code, reason, facts = refusal
+        execution_transition(execution, preview, Outcome.REFUSED_BEFORE_EFFECT, token=token, code=code,
+                             detail=reason, facts=facts)
         return None
     execution.effect_possible = True
-    execution.save(update_fields=["effect_possible", "updated_at"])
+    update_fields_at_commit(execution, ["effect_possible", "updated_at"])
     return subject
 
 
@@ -354,18 +362,23 @@ def _attempt_begin(preview_id: Any, *, presented: int | None, worker: str) -> _A
         known_effect = execution.effect if execution.outcome == Outcome.EFFECT_UNRECORDED else None
         look_up_first = execution.effect_possible and known_effect is None
         took_over = execution.outcome == Outcome.IN_PROGRESS and presented != execution.fencing_token
+        subject, approvals = None, None
+        if not look_up_first and known_effect is None:
+            # Nothing can have happened yet: every check runs before the lease is taken.
+            subject, approvals = action.lock_subject(preview), _approvals_of(preview)
+            refusal = _checks_refusal(preview, execution, action, subject, approvals)
+            if refusal is not None:
+                code, reason, facts = refusal
+                execution_transition(execution, preview, Outcome.REFUSED_BEFORE_EFFECT, token=None, code=code,
+                                     detail=reason, facts=facts)
+                return None
+            execution.effect_possible = True  # from here on the effect may be underway: it counts as in flight
         execution_transition(
             execution, preview, Outcome.IN_PROGRESS, token=None, lease_owner=worker,
             facts={"took_over": took_over, "look_up_first": look_up_first},
+            result={"subject_version": action.subject_version(subject)} if subject is not None else None,
         )
-        attempt = _Attempt(preview, action, execution.fencing_token, look_up_first, effect=known_effect)
-        if look_up_first or known_effect is not None:
-            return attempt
-        attempt.subject = _check_and_reserve(preview, execution, action, attempt.token)
-        if attempt.subject is None:
-            return None
-        attempt.approvals = _approvals_of(preview)
-        return attempt
+        return _Attempt(preview, action, execution.fencing_token, look_up_first, known_effect, subject, approvals)
 
 
 def _attempt_recheck(attempt: _Attempt) -> bool:
@@ -408,7 +421,7 @@ def _attempt_finish(attempt: _Attempt, effect: dict[str, Any] | None) -> Preview
             execution_transition(
                 execution, preview, Outcome.EFFECT_UNRECORDED, token=attempt.token, effect=effect,
                 code="record_failed",
-                detail=f"The effect was made ({_effect_reference(effect)}) but could not be recorded: {error}",
+                detail=f"The effect was made ({effect_reference(effect)}) but could not be recorded: {error}",
             )
             return preview
         approvals = attempt.approvals if attempt.approvals is not None else _approvals_of(preview)
@@ -422,7 +435,7 @@ def _attempt_finish(attempt: _Attempt, effect: dict[str, Any] | None) -> Preview
         return preview
 
 
-def _effect_reference(effect: dict[str, Any] | None) -> str:
+def effect_reference(effect: dict[str, Any] | None) -> str:
     if not effect:
         return "no reference"
     for key in ("refund_id", "message_id", "reference", "id"):
@@ -516,7 +529,7 @@ def execution_attempt_failed(
                 seconds=retry_in + settings.EXECUTION_LEASE_SECONDS
             )
             execution.detail = str(error)[:500]
-            execution.save(update_fields=["effect_possible", "lease_expires_at", "detail", "updated_at"])
+            update_fields_at_commit(execution, ["effect_possible", "lease_expires_at", "detail", "updated_at"])
             audit_record(event=AuditEvent.EXECUTION_ATTEMPT_FAILED, preview=preview, result=facts)
             return
         audit_record(event=AuditEvent.EXECUTION_ATTEMPT_FAILED, preview=preview, result=facts)

@@ -116,6 +116,26 @@ STATE_WORDING: dict[str, StateWording] = {
         "This was carried out, but our records are still being updated. It will not be done again.",
         "The effect was made but could not be recorded ({code}): {reason} Mend the data, then record it again.",
     ),
+    # A preview whose execution record is missing (not made by this engine): say only what is known.
+    "approved": StateWording(
+        "Processing",
+        "{headline}: approved and being processed. It is not completed yet.",
+        "The approval is recorded and the request is being carried out.",
+        "Approved; no execution is recorded yet.",
+    ),
+    "executed": StateWording("Completed", "{outcome}", "{outcome}", "{outcome}"),
+    "failed": StateWording(
+        "Failed",
+        "{headline}: failed. Reason: {reason}",
+        "It could not be carried out. Reason: {reason}",
+        "Failed ({code}): {reason}",
+    ),
+    "needs_attention": StateWording(
+        "Being checked",
+        "{headline}: being checked by our staff. It will not be done a second time.",
+        "Our support team is checking this request. It will not be done a second time.",
+        "Needs attention ({code}): {reason}",
+    ),
     "declined": StateWording(
         "Declined",
         "{headline}: declined by the customer, nothing was done.",

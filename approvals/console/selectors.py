@@ -17,7 +17,7 @@ from django.core.paginator import Page, Paginator
 from django.db.models import Case, Count, Q, QuerySet, When
 from django.utils import timezone
 
-from ..executions import execution_of, execution_staff_step, executions_of
+from ..executions import effect_reference, execution_of, execution_staff_step, executions_of
 from ..models import AgentSession, AuditEvent, AuditRecord, Execution, Preview, PreviewStatus
 from ..presentation import preview_state_words
 from ..registry import Action, DisplayRow, FactTable, ReviewDocument, RuleResult, registry
@@ -182,6 +182,7 @@ class ReviewContext:
     staff_step: str
     state_title: str
     state_text: str
+    effect_reference: str
 
 
 def preview_review(*, preview: Preview) -> ReviewContext:
@@ -216,6 +217,7 @@ def preview_review(*, preview: Preview) -> ReviewContext:
         staff_step=execution_staff_step(preview, execution),
         state_title=state_title,
         state_text=state_text,
+        effect_reference=effect_reference(execution.effect) if execution and execution.effect else "",
     )
 
 

@@ -15,9 +15,9 @@ from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.http import require_GET, require_POST
 
 from ..errors import DecisionError
+from ..executions import execution_retry
 from ..models import ApprovalRole, Preview, PreviewStatus
 from ..registry import registry
-from ..executions import execution_retry
 from ..services import agent_sessions_revoke, preview_approve, preview_decline, preview_refresh
 from . import selectors
 from .exports import audit_csv, audit_jsonl
@@ -180,9 +180,8 @@ def preview_reject_view(request: HttpRequest, preview_id: Any) -> HttpResponse:
 def preview_retry_view(request: HttpRequest, preview_id: Any) -> HttpResponse:
     preview = _preview_or_404(request, preview_id)
     try:
-        execution_retry(
-            preview_id=preview.pk, staff=request.user, nothing_happened=request.POST.get("verdict") == "nothing_happened"
-        )
+        nothing_happened = request.POST.get("verdict") == "nothing_happened"
+        execution_retry(preview_id=preview.pk, staff=request.user, nothing_happened=nothing_happened)
     except DecisionError as error:
         return _detail(
             request, _preview_or_404(request, preview_id), status=409, error=error.message, error_code=error.code

@@ -249,8 +249,9 @@ def test_preview_status_of_own_preview(alice_agent, o12):
     assert body["preview"] == proposed["preview"]
     assert set(body["preview"]) == {
         "id", "action", "order_id", "amount_minor", "currency", "reason", "status",
-        "expires_at", "required_approvals", "confirm_url", "executed",
+        "expires_at", "required_approvals", "confirm_url", "executed", "outcome",
     }
+    assert body["outcome"] is None and body["preview"]["outcome"] is None  # not approved: no execution yet
     assert body["preview"]["required_approvals"] == ["customer"]
     assert body["preview"]["confirm_url"] == f"http://testserver/previews/{proposed['preview']['id']}/"
 

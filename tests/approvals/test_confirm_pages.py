@@ -249,7 +249,7 @@ def test_a_failed_execution_shows_the_reason(alice_client, o12, alice_agent, dja
     response = alice_client.get(page_url(preview))
 
     box = status_box(response)
-    assert box.startswith("Failed.")
+    assert box.startswith("Not carried out. Nothing was done.")
     assert "Nothing was done" in box
     assert "Order o-12 is cancelled; only delivered orders can be refunded." in box
     assert "Completed" not in html(response)

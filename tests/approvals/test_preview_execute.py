@@ -161,7 +161,7 @@ def test_a_second_refund_committed_on_the_order_supersedes_an_older_approved_pre
     assert older.failure_code == "subject_changed"
     assert "o-12" in older.failure_reason
     superseded = AuditRecord.objects.get(preview=older, event="superseded")
-    assert superseded.result == {"by_preview": str(newer.pk)}
+    assert superseded.result["by_preview"] == str(newer.pk)
 
     older_run[0]()  # its own task arrives late and does nothing
 

@@ -9,15 +9,14 @@ from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from approvals.models import RETRYABLE_FAILURE_CODES, IdempotencyRecord, Preview, PreviewStatus
+from approvals.models import Execution, ExecutionOutcome, IdempotencyRecord, Preview, PreviewStatus
 from approvals.rows import column_sql, fetch_one, insert_rows, one_round_trip, statement_cursor, update_fields
 from approvals.selectors import amount_in_flight, amount_in_flight_subquery
 from refunds.models import Order
 from tests.conftest import agent_client_for
 
 
-def preview_for(order, *, amount_minor=100, status=PreviewStatus.AWAITING_CUSTOMER, started=False, code="",
-                proposal_key=None):
+def preview_for(order, *, amount_minor=100, status=PreviewStatus.AWAITING_CUSTOMER, code="", proposal_key=None):
     return Preview(
         action="refund_order", actor=order.customer, subject_type="order", subject_id=order.number,
         subject_version=order.version, amount_minor=amount_minor, currency=order.currency,
@@ -25,8 +24,13 @@ def preview_for(order, *, amount_minor=100, status=PreviewStatus.AWAITING_CUSTOM
         required_approvals=["customer"], status=status, failure_code=code,
         proposal_key=proposal_key or uuid.uuid4().hex, digest="d" * 64,
         expires_at=timezone.now() + timedelta(minutes=15),
-        execution_started_at=timezone.now() if started else None,
     )
+
+
+def with_execution(preview, outcome):
+    insert_rows([preview])
+    Execution.objects.create(preview=preview, outcome=outcome, deadline=timezone.now() + timedelta(days=1))
+    return preview
 
 
 def test_insert_rows_writes_what_save_would(o12):
@@ -80,7 +84,7 @@ def test_update_fields_writes_only_the_named_fields_and_moves_auto_now(o12):
 
 
 def test_fetch_one_reads_what_the_orm_reads(o12):
-    preview = preview_for(o12, started=True)
+    preview = preview_for(o12)
     insert_rows([preview])
 
     fetched = fetch_one(Preview, id=preview.pk)
@@ -95,23 +99,23 @@ def test_fetch_one_reads_what_the_orm_reads(o12):
 
 
 @pytest.mark.parametrize(
-    ("status", "started", "code", "counts"),
+    ("outcome", "counts"),
     [
-        (PreviewStatus.APPROVED, True, "", True),
-        (PreviewStatus.APPROVED, False, "", False),
-        (PreviewStatus.EXECUTED, True, "", False),
-        *[(PreviewStatus.FAILED, True, code, True) for code in sorted(RETRYABLE_FAILURE_CODES)],
-        (PreviewStatus.FAILED, True, "declined_by_gateway", False),
-        (PreviewStatus.SUPERSEDED, True, "", False),
+        (ExecutionOutcome.PENDING, False),  # nothing is reserved until the checks passed under lock
+        (ExecutionOutcome.IN_PROGRESS, True),
+        (ExecutionOutcome.EFFECT_UNKNOWN, True),
+        (ExecutionOutcome.EFFECT_UNRECORDED, True),
+        (ExecutionOutcome.SUCCEEDED, False),  # in the order's refunded amount instead
+        (ExecutionOutcome.REFUSED_BEFORE_EFFECT, False),
+        (ExecutionOutcome.FAILED_AFTER_CHECK, False),
     ],
 )
-def test_the_amount_in_flight_counts_started_previews_that_may_still_pay(
-    o12, ord4417, status, started, code, counts
-):
-    insert_rows([preview_for(o12, amount_minor=300, status=status, started=started, code=code)])
-    always = preview_for(o12, amount_minor=40, status=PreviewStatus.APPROVED, started=True)
-    insert_rows([always])
-    insert_rows([preview_for(ord4417, amount_minor=5000, status=PreviewStatus.APPROVED, started=True)])
+def test_the_amount_in_flight_counts_executions_whose_effect_may_exist_unrecorded(o12, ord4417, outcome, counts):
+    with_execution(preview_for(o12, amount_minor=300, status=PreviewStatus.APPROVED), outcome)
+    in_progress = ExecutionOutcome.IN_PROGRESS
+    always = with_execution(preview_for(o12, amount_minor=40, status=PreviewStatus.APPROVED), in_progress)
+    with_execution(preview_for(ord4417, amount_minor=5000, status=PreviewStatus.APPROVED), in_progress)
+    insert_rows([preview_for(o12, amount_minor=700, status=PreviewStatus.AWAITING_CUSTOMER)])  # no execution
     expected = 340 if counts else 40
 
     assert amount_in_flight(subject_type="order", subject_id=o12.number) == expected

@@ -1,5 +1,5 @@
-"""Failed executions: a transient failure is retried with the same preview and idempotency key and
-pays once; a policy failure cannot be retried."""
+"""Executions that need attention: an unknown effect is resolved (looked up first) with the same
+preview and idempotency key and pays once; a policy failure cannot be retried."""
 
 import pytest
 
@@ -19,7 +19,7 @@ def retry(client, preview):
     return client.post(f"/console/previews/{preview.pk}/retry")
 
 
-def test_a_transient_failure_is_retried_from_the_console_and_pays_once(
+def test_an_unknown_effect_is_resolved_from_the_console_and_pays_once(
     big_order, reviewer, reviewer_client, second_reviewer, monkeypatch, django_capture_on_commit_callbacks
 ):
     preview = confirmed(proposed(big_order.customer, "o-77", 12000))
@@ -34,7 +34,9 @@ def test_a_transient_failure_is_retried_from_the_console_and_pays_once(
         assert approve(logged_in(second_reviewer), preview).status_code == 302
 
     preview.refresh_from_db()
-    assert (preview.status, preview.failure_code) == (PreviewStatus.FAILED, "retries_exhausted")
+    # A time-out may come after the provider acted: the effect is unknown, never "nothing was done".
+    assert (preview.status, preview.failure_code) == (PreviewStatus.NEEDS_ATTENTION, "effect_unknown")
+    assert preview.execution.outcome == "effect_unknown"
     assert len(calls) == MAX_EXECUTION_RETRIES + 1
     assert {c["idempotency_key"] for c in calls} == {f"refund:{preview.pk}"}
     assert Refund.objects.count() == 0 and LocalGatewayRefund.objects.count() == 0
@@ -43,8 +45,11 @@ def test_a_transient_failure_is_retried_from_the_console_and_pays_once(
 
     failures = text(reviewer_client.get("/console/failures/").content.decode())
     assert "Refund €120.00 on o-77 for alice, damaged" in failures
-    assert "retries_exhausted" in failures and "the payment provider timed out" in failures
-    assert "Retry Refund €120.00" in reviewer_client.get("/console/failures/").content.decode()
+    assert "effect_unknown" in failures and "the payment provider timed out" in failures
+    assert "nothing was done" not in failures.lower()
+    assert "Open Refund €120.00" in reviewer_client.get("/console/failures/").content.decode()
+    detail = text(reviewer_client.get(f"/console/previews/{preview.pk}/").content.decode())
+    assert "Look up and resolve" in detail and "never made twice" in detail
 
     monkeypatch.undo()  # the provider is back
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
@@ -61,7 +66,7 @@ def test_a_transient_failure_is_retried_from_the_console_and_pays_once(
     assert refund.gateway_refund_id == gateway_refund.refund_id
     assert Order.objects.get(pk=big_order.pk).refunded_minor == 12000
     retried = AuditRecord.objects.get(preview=preview, event=AuditEvent.RETRIED)
-    assert retried.actor == reviewer and retried.result["previous_failure"]["code"] == "retries_exhausted"
+    assert retried.actor == reviewer and retried.result["previous"]["outcome"] == "effect_unknown"
 
     # Once more, from the console or the worker: still one refund.
     assert retry(reviewer_client, preview).status_code == 409
@@ -70,6 +75,7 @@ def test_a_transient_failure_is_retried_from_the_console_and_pays_once(
 
     page = text(reviewer_client.get(f"/console/previews/{preview.pk}/").content.decode())
     assert "Execution Attempt Failed" in page and "Retried" in page and refund.gateway_refund_id in page
+    assert "looking the effect up first" in page
 
 
 def test_a_policy_failure_cannot_be_retried(
@@ -84,7 +90,7 @@ def test_a_policy_failure_cannot_be_retried(
     assert (preview.status, preview.failure_code) == (PreviewStatus.FAILED, "order_not_refundable")
 
     failures = reviewer_client.get("/console/failures/").content.decode()
-    assert "order_not_refundable" in failures and "Not retryable" in failures
+    assert "order_not_refundable" in failures and "Needs a new proposal" in failures
     assert f"/console/previews/{preview.pk}/retry" not in failures
 
     response = retry(reviewer_client, preview)
@@ -93,17 +99,17 @@ def test_a_policy_failure_cannot_be_retried(
     assert Preview.objects.get(pk=preview.pk).status == PreviewStatus.FAILED
     assert Refund.objects.count() == 0
     refused = AuditRecord.objects.get(preview=preview, event=AuditEvent.DECISION_REFUSED)
-    assert refused.result["error"]["code"] == "not_retryable"
+    assert refused.result["error"]["code"] == "not_needing_attention"
 
 
 @pytest.mark.parametrize("status", [PreviewStatus.AWAITING_STAFF, PreviewStatus.EXECUTED, PreviewStatus.REJECTED])
-def test_only_failed_previews_can_be_retried(status, awaiting_staff, reviewer):
+def test_only_executions_that_need_attention_can_be_retried(status, awaiting_staff, reviewer):
     from approvals.errors import DecisionError
 
     Preview.objects.filter(pk=awaiting_staff.pk).update(status=status, failure_code="retries_exhausted")
     with pytest.raises(DecisionError) as refused:
         preview_retry(preview_id=awaiting_staff.pk, staff=reviewer)
-    assert refused.value.code == "not_failed"
+    assert refused.value.code == "not_needing_attention"
     assert Preview.objects.get(pk=awaiting_staff.pk).status == status
 
 
@@ -115,5 +121,5 @@ def test_no_retry_while_the_agent_proposed_the_same_refund_again(failed_transien
     response = retry(reviewer_client, failed_transient)
     assert response.status_code == 409
     assert "A newer preview of the same proposal is open" in response.content.decode()
-    assert Preview.objects.get(pk=failed_transient.pk).status == PreviewStatus.FAILED
+    assert Preview.objects.get(pk=failed_transient.pk).status == PreviewStatus.NEEDS_ATTENTION
     assert Refund.objects.count() == 0

@@ -119,14 +119,15 @@ def test_a_refusing_mail_server_is_shown_as_a_failure_never_as_sent(
     assert not AuditRecord.objects.filter(preview=preview, event="executed").exists()
 
 
-def test_a_mail_server_that_is_down_is_retried_then_shown_as_failed(
+def test_a_mail_server_that_is_down_is_retried_then_waits_for_staff_saying_nothing_was_sent(
     alice_invoice_agent, standing_inv17, smtp_down, django_capture_on_commit_callbacks
 ):
+    """A refused connection proves the message was not taken: nothing was sent, and staff may retry."""
     with django_capture_on_commit_callbacks(execute=True):
         response = send(alice_invoice_agent)
     preview = Preview.objects.get(pk=response.json()["preview"]["id"])
-    assert preview.status == PreviewStatus.FAILED
-    assert preview.failure_code == "retries_exhausted"
+    assert preview.status == PreviewStatus.NEEDS_ATTENTION
+    assert (preview.execution.outcome, preview.failure_code) == ("refused_before_effect", "retries_exhausted")
     assert "ConnectionRefusedError" in preview.failure_reason
     attempts = AuditRecord.objects.filter(preview=preview, event="execution_attempt_failed")
     assert attempts.count() == execute_preview.max_retries + 1

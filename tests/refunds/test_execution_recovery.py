@@ -1,5 +1,5 @@
 """A refund the provider made before our side could record it is never lost or paid again, even
-when the order changes in between: once execution started, the preview completes with its key."""
+when the order changes in between: the next attempt of the chain looks it up and records it."""
 
 import pytest
 from django.db.models import Sum
@@ -29,20 +29,24 @@ def test_a_refund_paid_during_a_time_out_is_recorded_even_after_another_refund_c
     second = approved(alice_agent, alice, 300, django_capture_on_commit_callbacks)
 
     fake_stripe.time_out_next(seconds=1.0)
-    with pytest.raises(TransientExecutionError):
+    with pytest.raises(TransientExecutionError) as timed_out:
         preview_execute(preview_id=first.pk)
     assert fake_stripe.refunds_created == 1  # the money moved; our side did not hear back
     first.refresh_from_db()
-    assert first.status == PreviewStatus.APPROVED and first.execution_started_at is not None
+    assert first.status == PreviewStatus.APPROVED and first.execution.outcome == "in_progress"
 
     # Another refund on the same order completes meanwhile and changes the order's version.
     assert preview_execute(preview_id=second.pk).status == PreviewStatus.EXECUTED
     first.refresh_from_db()
     assert first.status == PreviewStatus.APPROVED  # not superseded: its money may be out already
 
-    # The retry asks again with the same key, gets the same refund and records it.
-    assert preview_execute(preview_id=first.pk).status == PreviewStatus.EXECUTED
+    # Without the chain's token nothing runs: the lease is held.
+    assert preview_execute(preview_id=first.pk).status == PreviewStatus.APPROVED
+    # The chain's retry looks the refund up (no second POST), finds it and records it.
+    token = timed_out.value.fencing_token
+    assert preview_execute(preview_id=first.pk, fencing_token=token).status == PreviewStatus.EXECUTED
     assert fake_stripe.refunds_created == 2
+    assert len([r for r in fake_stripe.refund_requests() if r.idempotency_key == f"refund:{first.pk}"]) == 1
     assert sorted(r["metadata"]["idempotency_key"] for r in fake_stripe.refunds) == sorted(
         [f"refund:{first.pk}", f"refund:{second.pk}"]
     )
@@ -59,7 +63,7 @@ def test_an_amount_in_flight_counts_against_what_remains(
     too_much = approved(alice_agent, alice, 700, django_capture_on_commit_callbacks)
 
     fake_stripe.time_out_next(seconds=1.0)
-    with pytest.raises(TransientExecutionError):
+    with pytest.raises(TransientExecutionError) as timed_out:
         preview_execute(preview_id=first.pk)
 
     refused = preview_execute(preview_id=too_much.pk)
@@ -74,7 +78,8 @@ def test_an_amount_in_flight_counts_against_what_remains(
     )
     assert response.status_code == 422 and response.json()["error"]["remaining_minor"] == 600
 
-    assert preview_execute(preview_id=first.pk).status == PreviewStatus.EXECUTED
+    token = timed_out.value.fencing_token
+    assert preview_execute(preview_id=first.pk, fencing_token=token).status == PreviewStatus.EXECUTED
     assert fake_stripe.refunds_created == 1
     assert Order.objects.get(pk=o12.pk).refunded_minor == 400
 

@@ -17,7 +17,7 @@ from approvals.models import ApprovalRole, AuditRecord, Execution, Preview, Prev
 from approvals.presentation import preview_message
 from approvals.services import preview_approve
 from approvals.tasks import MAX_EXECUTION_RETRIES, execute_preview
-from refunds.gateways import GatewayDeclined, GatewayUnavailable, LocalGateway, payment_gateway
+from refunds.gateways import GatewayDeclined, GatewayRefundMismatch, GatewayUnavailable, LocalGateway, payment_gateway
 from refunds.models import LocalGatewayRefund, Refund
 from refunds.stripe_gateway import StripeGateway
 from tests.conftest import events, propose
@@ -135,7 +135,7 @@ def test_a_confirmed_refund_is_paid_through_stripe_with_the_preview_key(
 # Lost answers and outages: retried with the same key, paid once -------------------------------
 
 
-def test_a_time_out_after_stripe_recorded_the_refund_is_retried_and_gets_the_same_refund(
+def test_a_time_out_after_stripe_recorded_the_refund_is_looked_up_and_recorded_without_a_second_post(
     alice, o12, alice_agent, intent, fake_stripe, django_capture_on_commit_callbacks
 ):
     fake_stripe.time_out_next(seconds=2.0)  # makes the refund, then answers after the client's 0.5 s
@@ -144,13 +144,15 @@ def test_a_time_out_after_stripe_recorded_the_refund_is_retried_and_gets_the_sam
     preview = confirm_and_run(preview, alice, django_capture_on_commit_callbacks)
 
     refund = assert_one_refund_paid(fake_stripe, preview, o12)
-    first, retry = fake_stripe.refund_requests()
-    assert first.idempotency_key == retry.idempotency_key == f"refund:{preview.pk}"
-    assert first.params == retry.params
-    assert (first.replayed, retry.replayed) == (False, True)
-    assert first.body == retry.body == refund  # the replay is the first answer, which the client never saw
+    [first] = fake_stripe.refund_requests()  # the retry looked, and found: no second POST
+    assert first.idempotency_key == f"refund:{preview.pk}" and first.body == refund
+    [lookup] = [r for r in fake_stripe.requests if r.method == "GET"]
+    assert lookup.params["payment_intent"] == PI
     assert Refund.objects.count() == 1
-    assert events(preview) == ["proposed", "confirmed", "execution_started", "execution_attempt_failed", "executed"]
+    assert events(preview) == [
+        "proposed", "confirmed", "execution_started", "execution_attempt_failed", "execution_started", "executed"
+    ]
+    assert [s["look_up_first"] for s in audit(preview, "execution_started")] == [False, True]
     [attempt] = audit(preview, "execution_attempt_failed")
     assert (attempt["attempt"], attempt["will_retry"]) == (1, True)
     assert "Read timed out" in attempt["error"]
@@ -166,14 +168,9 @@ def test_server_errors_then_success_are_retried_and_pay_once(
 
     assert_one_refund_paid(fake_stripe, preview, o12)
     assert [r.status for r in fake_stripe.refund_requests()] == [500, 500, 200]
-    assert events(preview) == [
-        "proposed",
-        "confirmed",
-        "execution_started",
-        "execution_attempt_failed",
-        "execution_attempt_failed",
-        "executed",
-    ]
+    assert events(preview) == ["proposed", "confirmed"] + [
+        "execution_started", "execution_attempt_failed"
+    ] * 2 + ["execution_started", "executed"]
     attempts = audit(preview, "execution_attempt_failed")
     assert [(a["attempt"], a["will_retry"]) for a in attempts] == [(1, True), (2, True)]
     assert all("500 api_error" in a["error"] for a in attempts)
@@ -193,7 +190,12 @@ def test_a_busy_provider_409_key_in_use_or_429_is_retried_and_pays_once(
 
     assert_one_refund_paid(fake_stripe, preview, o12)
     assert [r.status for r in fake_stripe.refund_requests()] == [409 if fault == "conflict" else 429, 200]
-    assert events(preview) == ["proposed", "confirmed", "execution_started", "execution_attempt_failed", "executed"]
+    assert events(preview) == [
+        "proposed", "confirmed", "execution_started", "execution_attempt_failed", "execution_started", "executed"
+    ]
+    # A 429 proves Stripe did nothing, so the retry needs no lookup; after a 409 another request may have.
+    lookups = [r for r in fake_stripe.requests if r.method == "GET"]
+    assert len(lookups) == (1 if fault == "conflict" else 0)
 
 
 def test_a_provider_that_keeps_failing_leaves_the_effect_unknown_never_nothing_was_done(
@@ -252,7 +254,7 @@ def test_a_500_that_stripe_saved_under_the_key_is_replayed_until_retries_are_exh
     alice, o12, alice_agent, intent, fake_stripe, django_capture_on_commit_callbacks
 ):
     """Stripe saves a 500 once the endpoint started and replays it for the key: the outcome stays
-    unknown to us, so we keep the key (never risk a second refund) and give up after the retries."""
+    unknown to us, so we keep the key (never risk a second refund) and leave the effect unknown."""
     fake_stripe.fail_next(1, status=500, saved=True)
     preview = confirm_and_run(make_preview(alice_agent), alice, django_capture_on_commit_callbacks)
 
@@ -260,7 +262,7 @@ def test_a_500_that_stripe_saved_under_the_key_is_replayed_until_retries_are_exh
     assert [(r.status, r.replayed) for r in requests] == [(500, False)] + [(500, True)] * MAX_EXECUTION_RETRIES
     assert {r.idempotency_key for r in requests} == {f"refund:{preview.pk}"}
     assert_nothing_paid(fake_stripe, o12)
-    assert (preview.status, preview.failure_code) == (PreviewStatus.FAILED, "retries_exhausted")
+    assert (preview.status, preview.failure_code) == (PreviewStatus.NEEDS_ATTENTION, "effect_unknown")
 
 
 def test_a_refund_stripe_made_before_the_worker_crashed_is_reused_not_repeated(
@@ -481,15 +483,39 @@ def test_a_refund_the_provider_reports_failed_is_declined(fake_stripe, intent):
     assert declined.value.code == "refund_failed"
 
 
-def test_a_refund_that_is_not_the_one_asked_for_is_declined(fake_stripe, intent):
-    """Defence in depth: were the provider to answer with another refund, the ledger must not record it."""
+def test_a_refund_that_is_not_the_one_asked_for_is_a_mismatch_with_the_refund(fake_stripe, intent):
+    """Defence in depth: were the provider to answer with another refund, the ledger must not record it;
+    money moved, so it is a mismatch for a person (effect_made), never a plain failure."""
     stripe_gateway = gateway(fake_stripe)
     stripe_gateway.refund(payment_ref=PI, amount_minor=300, currency="EUR", idempotency_key="refund:p3")
     fake_stripe.refunds[0]["amount"] = 299  # the saved answer is the same dict
-    with pytest.raises(GatewayDeclined) as declined:
+    with pytest.raises(GatewayRefundMismatch) as declined:
         stripe_gateway.refund(payment_ref=PI, amount_minor=300, currency="EUR", idempotency_key="refund:p3")
     assert declined.value.code == "gateway_refund_mismatch"
     assert declined.value.facts["refund_id"] == fake_stripe.refunds[0]["id"]
+    assert declined.value.effect_made is True
+
+
+def test_find_refund_lists_the_payment_intents_refunds_and_matches_the_key(fake_stripe, intent):
+    stripe_gateway = gateway(fake_stripe)
+    asked = {"payment_ref": PI, "amount_minor": 300, "currency": "EUR", "idempotency_key": "refund:p4"}
+    assert stripe_gateway.find_refund(**asked) is None
+    made = stripe_gateway.refund(**asked)
+    stripe_gateway.refund(payment_ref=PI, amount_minor=100, currency="EUR", idempotency_key="refund:other")
+
+    found = stripe_gateway.find_refund(**asked)
+
+    assert found == made
+    assert fake_stripe.refunds_created == 2  # looking never makes one
+    assert [r.method for r in fake_stripe.requests].count("POST") == 2
+
+
+def test_the_local_gateway_finds_a_refund_by_key_without_making_one(db):
+    local = LocalGateway()
+    assert local.find_refund(payment_ref="pi_1", amount_minor=300, currency="EUR", idempotency_key="refund:x") is None
+    made = local.refund(payment_ref="pi_1", amount_minor=300, currency="EUR", idempotency_key="refund:x")
+    assert local.find_refund(payment_ref="pi_1", amount_minor=300, currency="EUR", idempotency_key="refund:x") == made
+    assert LocalGatewayRefund.objects.count() == 1
 
 
 def test_rejected_credentials_are_gateway_unavailable(fake_stripe, intent):
