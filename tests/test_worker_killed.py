@@ -1,5 +1,6 @@
-"""A worker process killed (SIGKILL) in the middle of a commit: the task is redelivered, and the
-payment provider holds exactly one refund."""
+"""A worker process killed (SIGKILL) while it holds an execution's lease: the redelivered task finds
+the lease taken, the lease expires, the sweeper publishes a takeover, and another worker (with a new
+fencing token) looks the refund up and records it: the provider holds exactly one refund."""
 
 import os
 import signal
@@ -7,7 +8,8 @@ import signal
 import pytest
 from django.conf import settings
 
-from approvals.models import ApprovalRole, Preview, PreviewStatus
+from approvals.executions import executions_dispatch_stalled
+from approvals.models import ApprovalRole, AuditRecord, Execution, Preview, PreviewStatus
 from approvals.services import preview_approve
 from refunds.models import Order, Refund
 from tests.conftest import agent_client_for, propose
@@ -18,7 +20,7 @@ from tests.workers import publishing_to, start_worker, stop, wait_for
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 
 
-def test_a_worker_killed_mid_commit_is_redelivered_and_the_provider_holds_one_refund(transactional_db):
+def test_a_worker_killed_holding_the_lease_is_taken_over_after_it_expires_and_pays_once(transactional_db):
     if not settings.REDIS_URL:
         pytest.skip("needs REDIS_URL")
     fake = FakeStripe().start()
@@ -31,6 +33,8 @@ def test_a_worker_killed_mid_commit_is_redelivered_and_the_provider_holds_one_re
         ("PAYMENT_GATEWAY", "stripe"), ("STRIPE_API_KEY", "sk_test_x"), ("STRIPE_API_BASE", fake.url),
         ("STRIPE_TIMEOUT_SECONDS", "30"), ("CELERY_VISIBILITY_TIMEOUT", "2"),
         ("CELERY_UNACKED_RESTORE_INTERVAL", "1"), ("CELERY_UNACKED_RESTORE_THROTTLE", "1"),
+        # Shorter than the provider's time-out only so that the test need not wait: a real lease outlasts it.
+        ("EXECUTION_LEASE_SECONDS", "4"),
     )
     # The provider records the refund, then holds its answer: the worker is inside the commit.
     fake.time_out_next(seconds=25)
@@ -43,11 +47,19 @@ def test_a_worker_killed_mid_commit_is_redelivered_and_the_provider_holds_one_re
             os.killpg(first.pid, signal.SIGKILL)
             first.wait(timeout=10)
             assert Preview.objects.get(pk=preview.pk).status == PreviewStatus.APPROVED
+            held = Execution.objects.get(pk=preview.pk)
+            assert (held.outcome, held.fencing_token) == ("in_progress", 1) and "doomed" in held.lease_owner
             assert not Refund.objects.exists()
 
             second = start_worker(settings.REDIS_URL, *worker_env, name="survivor")
-            executed = wait_for(lambda: Preview.objects.get(pk=preview.pk).status == PreviewStatus.EXECUTED,
-                                timeout=90)
+
+            def swept_and_executed():
+                executions_dispatch_stalled()  # the beat's sweeper: only an expired lease is taken over
+                return wait_for(
+                    lambda: Preview.objects.get(pk=preview.pk).status == PreviewStatus.EXECUTED, timeout=3
+                )
+
+            executed = wait_for(swept_and_executed, timeout=90, interval=0.5)
     finally:
         log = stop(second) if second else ""
         fake.stop()
@@ -55,7 +67,15 @@ def test_a_worker_killed_mid_commit_is_redelivered_and_the_provider_holds_one_re
     assert fake.refunds_created == 1
     keys = {request.idempotency_key for request in fake.refund_requests()}
     assert keys == {f"refund:{preview.pk}"}
-    assert len(fake.refund_requests()) >= 2  # the redelivered task asked again and got the same refund
+    assert len(fake.refund_requests()) == 1  # the taker looked the refund up instead of asking again
+    assert any(r.method == "GET" for r in fake.requests)
+    execution = Execution.objects.get(pk=preview.pk)
+    assert (execution.outcome, execution.fencing_token) == ("succeeded", 2)
+    starts = AuditRecord.objects.filter(preview=preview, event="execution_started").order_by("id")
+    assert [(s.result["fencing_token"], s.result["took_over"], s.result["look_up_first"]) for s in starts] == [
+        (1, False, False), (2, True, True)
+    ]
+    assert "survivor" in starts[1].result["lease_owner"]
     refund = Refund.objects.get()
     assert refund.gateway_refund_id == fake.refunds[0]["id"]
     assert Order.objects.get(number="o-12").refunded_minor == 500
