@@ -12,6 +12,7 @@ from approvals.arguments import (
     StrictSerializer,
 )
 from approvals.money import is_known_currency
+from approvals.selectors import amount_in_flight
 
 from .models import Order, OrderStatus
 from .policy import RefundReason
@@ -76,4 +77,19 @@ class OrderImportSerializer(StrictSerializer):
                 )
             if ledger and data["currency"] != existing.currency:
                 raise serializers.ValidationError({"currency": "Cannot change once refunds were made."})
+            problem = refunded_beyond_total_problem(existing, data["refunded_minor"], data["total_minor"])
+            if problem:
+                raise serializers.ValidationError({"refunded_minor": problem})
         return data
+
+
+def refunded_beyond_total_problem(order: Order, refunded_minor: int, total_minor: int) -> str:
+    """Refunds being paid right now (possibly already at the provider) come on top of what an import
+    says was refunded: together they may not pass the total."""
+    in_flight = amount_in_flight(subject_type="order", subject_id=order.number)
+    if in_flight and refunded_minor + in_flight > total_minor:
+        return (
+            f"{refunded_minor} plus the {in_flight} being refunded right now exceeds the total of {total_minor}; "
+            "wait until those refunds are recorded."
+        )
+    return ""

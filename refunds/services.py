@@ -8,9 +8,11 @@ from django.db.models import F
 from approvals.models import Preview
 from approvals.rows import fetch_one, insert_rows
 from approvals.services import update_fields_at_commit
+from approvals.shop_import import ShopDataInvalid
 
 from .gateways import payment_gateway
 from .models import Order, Refund
+from .serializers import refunded_beyond_total_problem
 
 ORDER_IMPORT_FIELDS = (
     "currency", "total_minor", "refunded_minor", "status", "placed_at", "delivered_at", "payment_ref",
@@ -28,6 +30,10 @@ def order_upsert(data: dict[str, Any]) -> str:
     changed = order.customer_id != customer.pk or any(getattr(order, f) != v for f, v in values.items())
     if not changed:
         return "unchanged"
+    # Checked again under the order's lock: a refund may have started since the file was validated.
+    problem = refunded_beyond_total_problem(order, values["refunded_minor"], values["total_minor"])
+    if problem:
+        raise ShopDataInvalid([f"$.orders[{data['id']!r}].refunded_minor: {problem}"])
     for field, value in values.items():
         setattr(order, field, value)
     order.customer = customer

@@ -22,6 +22,9 @@ Faults the tests can queue, each consumed by the next `POST /v1/refunds` (in the
 * `refuse_next(code, ...)`: refuse with a Stripe error code such as `charge_already_refunded`
   (saved under the key, like any answer of the endpoint).
 
+`fail_lookups(status)` answers every `GET /v1/refunds` (the executor's lookup) with that 5xx until
+`fail_lookups(None)`.
+
 `refunds` holds the refunds actually created, `requests` every request received.
 
 Run it on its own with `python -m tests.refunds.fake_stripe [--port N] [--payment-intent pi_x:1000:eur ...]`.
@@ -110,6 +113,7 @@ class FakeStripe:
         self.refunds: list[dict[str, Any]] = []
         self.requests: list[RecordedRequest] = []
         self.refund_status = "succeeded"
+        self.lookup_failure: int | None = None
         self._saved: dict[str, Saved] = {}
         self._faults: collections.deque[Fault] = collections.deque()
         self._lock = threading.Lock()
@@ -174,6 +178,9 @@ class FakeStripe:
     ) -> None:
         self._queue(n, Fault(kind="refuse", code=code, message=message, param=param, status=status, type=type))
 
+    def fail_lookups(self, status: int | None = 503) -> None:
+        self.lookup_failure = status
+
     def _queue(self, n: int, fault: Fault) -> None:
         with self._lock:
             self._faults.extend([fault] * n)
@@ -215,6 +222,8 @@ class FakeStripe:
             return (*_error(401, "invalid_request_error", "Invalid API Key provided."), 0.0, False)
         if path == "/v1/refunds" and method == "POST":
             return self._create_refund(headers.get("idempotency-key"), params)
+        if path == "/v1/refunds" and method == "GET" and self.lookup_failure:
+            return (*_server_error(self.lookup_failure), 0.0, False)
         if path == "/v1/refunds" and method == "GET":
             found = [r for r in self.refunds if params.get("payment_intent") in (None, r["payment_intent"])]
             return 200, {"object": "list", "url": "/v1/refunds", "has_more": False, "data": found[::-1]}, 0.0, False
