@@ -127,7 +127,7 @@ def test_malformed_calls_are_counted_and_only_the_first_ones_audited(alice, sett
     settings.AGENT_REJECTED_CALLS_AUDITED_PER_MINUTE = 5
     client = agent_client_for(alice)
     for n in range(30):
-        assert post_raw(client, '{"name": "refund_order", "arguments": {"order_id": %d}}' % n).status_code == 400
+        assert post_raw(client, json.dumps({"name": "refund_order", "arguments": {"order_id": n}})).status_code == 400
     assert post_raw(client, "not json at all").status_code == 400
     tally = RejectedCallTally.objects.get(agent_session=client.agent_session, kind="malformed")
     assert tally.count == 31
