@@ -298,8 +298,9 @@ def agent_session_create(
     ttl = settings.AGENT_SESSION_DEFAULT_TTL_SECONDS if ttl_seconds is None else ttl_seconds
     if ttl <= 0:
         raise ApplicationError("The lifetime must be a positive number of seconds.", code="bad_ttl")
-    # The person's row is locked so that concurrent mints are counted one after the other.
-    list(get_user_model().objects.select_for_update().filter(pk=user.pk).values_list("pk", flat=True))
+    # The person's row is locked so that concurrent mints are counted one after the other (NO KEY: their
+    # proposals in flight, which hold key-share locks on it, need not be waited for).
+    list(get_user_model().objects.select_for_update(no_key=True).filter(pk=user.pk).values_list("pk", flat=True))
     live = AgentSession.objects.filter(user=user, revoked_at__isnull=True, expires_at__gt=timezone.now()).count()
     limit = settings.AGENT_SESSIONS_PER_USER_MAX
     if live >= limit:
