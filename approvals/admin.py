@@ -9,7 +9,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from .models import AgentSession, Approval, AuditRecord, IdempotencyRecord, Preview
+from .models import AgentSession, Approval, AuditRecord, IdempotencyRecord, Preview, RejectedCallTally
 
 
 class ReadOnlyModelAdmin(admin.ModelAdmin):
@@ -99,3 +99,11 @@ class AgentSessionAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+@admin.register(RejectedCallTally)
+class RejectedCallTallyAdmin(ReadOnlyModelAdmin):
+    list_display = ("minute", "agent_session", "kind", "count", "last_code")
+    list_filter = ("kind",)
+    date_hierarchy = "minute"
+    ordering = ("-minute",)

@@ -7,12 +7,20 @@ class ApprovalsConfig(AppConfig):
 
     def ready(self) -> None:
         from .api import schema  # noqa: F401  (registers the OpenAPI auth extension)
-        from .people import CustomerImportSerializer, StaffImportSerializer, customer_upsert, staff_upsert
+        from .people import (
+            CustomerImportSerializer,
+            StaffImportSerializer,
+            customer_upsert,
+            person_describe,
+            staff_upsert,
+        )
         from .registry import ImportSection, registry
 
         registry.register_import_section(
-            ImportSection(key="customers", item_serializer=CustomerImportSerializer, write=customer_upsert, order=0)
+            ImportSection(key="customers", item_serializer=CustomerImportSerializer, write=customer_upsert, order=0,
+                          subject_type="user", describe=person_describe)
         )
         registry.register_import_section(
-            ImportSection(key="staff", item_serializer=StaffImportSerializer, write=staff_upsert, order=10)
+            ImportSection(key="staff", item_serializer=StaffImportSerializer, write=staff_upsert, order=10,
+                          subject_type="user", describe=person_describe)
         )

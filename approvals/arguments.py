@@ -6,6 +6,7 @@ arguments get neither courtesy. Actions build their argument serializers from th
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rest_framework import serializers
@@ -87,3 +88,26 @@ def input_json_schema(serializer_class: type[serializers.Serializer]) -> dict[st
         "required": sorted(properties),
         "additionalProperties": False,
     }
+
+
+# What an imported subject id (an order or invoice number) may hold: ASCII letters and digits, then also
+# `. _ : / # + -`, at most 64 characters. No spaces, no control characters (NUL, line breaks), no `%` or
+# `?`, no look-alike letters from other scripts: an id is shown to people, put in URLs and audit records.
+SUBJECT_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/#+-]{0,63}")
+
+
+class SubjectIdField(StrictCharField):
+    """An order or invoice number as the import accepts it (SUBJECT_ID_PATTERN)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("max_length", 64)
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        value = super().to_internal_value(data)
+        if not SUBJECT_ID_PATTERN.fullmatch(value):
+            raise serializers.ValidationError(
+                f"{value[:80]!r} is not a valid id: use 1 to 64 ASCII letters, digits and . _ : / # + - "
+                "starting with a letter or digit."
+            )
+        return value

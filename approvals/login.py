@@ -1,42 +1,119 @@
-"""Django's login form, paused for a while after repeated failures (per username and per address).
+"""Password guessing is paused on every login path: the login page, the admin's login, anything that
+calls `authenticate()`.
 
-Hand-written because the usual package (django-axes) needs the request in every
-authenticate() call, which the rest of the project and its tests don't pass.
+The counting lives in an authentication backend, the one place every login path goes through. Each
+attempt is counted per username and per client address *before* the password is checked, with the
+cache's atomic add and incr, so that parallel guesses cannot all read "under the limit" first; an
+attempt whose password was right is taken off the counts again.
+
+Hand-written rather than django-axes: axes checks the lockout before authenticating and records the
+failure afterwards (on `user_login_failed`), so parallel guesses all pass its check, which is the hole
+this module closes.
 """
 
+from __future__ import annotations
+
+import unicodedata
+from typing import Any
+
 from django.conf import settings
+from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.views import LoginView
 from django.core.cache import cache
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 
+from .digests import sha256_hex
 
-def _failure_keys(request: HttpRequest) -> list[str]:
-    username = request.POST.get("username", "")[:150].strip().lower()
-    address = request.META.get("REMOTE_ADDR", "")
-    return [f"login-failures:user:{username}", f"login-failures:addr:{address}"]
+
+def username_key(username: str) -> str:
+    """Django's own normalization of a username (NFKC), case-folded: `bob`, `ｂｏｂ`, `𝐛𝐨𝐛` and `BOB`
+    share one bucket."""
+    return unicodedata.normalize("NFKC", username).casefold().strip()
+
+
+def client_address(request: HttpRequest | None) -> str:
+    """The client's address: REMOTE_ADDR, or the address the outermost of TRUSTED_PROXY_COUNT proxies
+    saw, from the header they each append to. Entries further left were written by the client."""
+    if request is None:
+        return ""
+    remote = request.META.get("REMOTE_ADDR", "")
+    count = settings.TRUSTED_PROXY_COUNT
+    if count <= 0:
+        return remote
+    hops = [hop.strip() for hop in request.META.get(settings.CLIENT_IP_HEADER, "").split(",") if hop.strip()]
+    if len(hops) < count:
+        # The request did not come through every trusted proxy; what it says about itself is not trusted.
+        return remote
+    return hops[-count]
+
+
+def _counter_keys(request: HttpRequest | None, username: str) -> list[str]:
+    # Hashed: a username is user input of any length and alphabet, and cache keys have rules.
+    keys = [f"login-attempts:user:{sha256_hex(username_key(username))}"]
+    address = client_address(request)
+    if address:
+        keys.append(f"login-attempts:addr:{sha256_hex(address)}")
+    return keys
+
+
+def _count(key: str) -> int:
+    cache.add(key, 0, timeout=settings.LOGIN_FAILURE_WINDOW_SECONDS)
+    try:
+        return cache.incr(key)
+    except ValueError:  # expired between add and incr
+        cache.add(key, 1, timeout=settings.LOGIN_FAILURE_WINDOW_SECONDS)
+        return 1
+
+
+def _uncount(key: str) -> None:
+    try:
+        cache.decr(key)
+    except ValueError:
+        pass
+
+
+class ThrottledModelBackend(ModelBackend):
+    """Django's model backend, behind per-username and per-address attempt counters."""
+
+    def authenticate(  # type: ignore[override]
+        self, request: HttpRequest | None, username: str | None = None, password: str | None = None, **kwargs: Any
+    ) -> Any:
+        if username is None:
+            username = kwargs.get(self._username_field(), "")
+        if username is None or password is None:
+            return None
+        keys = _counter_keys(request, str(username))
+        counts = [_count(key) for key in keys]
+        if any(count > settings.LOGIN_FAILURE_LIMIT for count in counts):
+            if request is not None:
+                request.login_throttled = True  # type: ignore[attr-defined]
+            # Stops authenticate() at once: no other backend is tried, and user_login_failed is sent.
+            raise PermissionDenied("Too many login attempts.")
+        user = super().authenticate(request, username=username, password=password, **kwargs)
+        if user is not None:
+            for key in keys:
+                _uncount(key)
+        return user
+
+    @staticmethod
+    def _username_field() -> str:
+        from django.contrib.auth import get_user_model
+
+        return get_user_model().USERNAME_FIELD
 
 
 class ThrottledLoginView(LoginView):
+    """Django's login form; a throttled attempt is answered 429 with a message that says so."""
+
     redirect_authenticated_user = True
 
-    def post(self, request: HttpRequest, *args, **kwargs) -> HttpResponse:  # type: ignore[no-untyped-def]
-        keys = _failure_keys(request)
+    def form_invalid(self, form: Any) -> HttpResponse:
+        if not getattr(self.request, "login_throttled", False):
+            return super().form_invalid(form)
         window = settings.LOGIN_FAILURE_WINDOW_SECONDS
-        if any((cache.get(key) or 0) >= settings.LOGIN_FAILURE_LIMIT for key in keys):
-            form = self.get_form()
-            form.errors.clear()
-            form.add_error(
-                None,
-                f"Too many failed attempts. Wait {window // 60} minutes, then try again.",
-            )
-            response = self.render_to_response(self.get_context_data(form=form), status=429)
-            response["Retry-After"] = str(window)
-            return response
-        response = super().post(request, *args, **kwargs)
-        if response.status_code == 200:  # the form was shown again: the login failed
-            for key in keys:
-                cache.add(key, 0, timeout=window)
-                cache.incr(key)
-        else:
-            cache.delete(keys[0])
+        form.errors.clear()
+        form.add_error(None, f"Too many failed attempts. Wait {window // 60} minutes, then try again.")
+        response = self.render_to_response(self.get_context_data(form=form), status=429)
+        response["Retry-After"] = str(window)
         return response

@@ -221,6 +221,11 @@ class AuditEvent(models.TextChoices):
     EXECUTION_TRANSITION = "execution_transition"
     EXECUTION_FENCED_OFF = "execution_fenced_off"
     AGENT_SESSION_REVOKED = "agent_session_revoked"
+    CALL_THROTTLED = "call_throttled"
+    SHOP_DATA_CHANGED = "shop_data_changed"
+    STANDING_APPROVAL_GRANTED = "standing_approval_granted"
+    STANDING_APPROVAL_USED = "standing_approval_used"
+    STANDING_APPROVAL_REFUSED = "standing_approval_refused"
 
 
 class AuditRecord(models.Model):
@@ -291,3 +296,32 @@ class IdempotencyRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} ({self.response_status})"
+
+
+class RejectedCallKind(models.TextChoices):
+    THROTTLED = "throttled", "Throttled (429)"
+    MALFORMED = "malformed", "Malformed or refused before the policy (400, 403, 404, 409)"
+
+
+class RejectedCallTally(models.Model):
+    """Tool calls refused before any policy ran, counted per agent session, minute and kind.
+
+    One row per (session, minute, kind) whatever the number of calls, so a flood shows (the count)
+    without filling the append-only audit log; the first calls of each minute are also audited in full.
+    """
+
+    agent_session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="+", db_index=False)
+    minute = models.DateTimeField(help_text="The minute the calls were made in (seconds cut off).")
+    kind = models.CharField(max_length=16, choices=RejectedCallKind.choices)
+    count = models.PositiveIntegerField(default=1)
+    last_arguments_sha256 = models.CharField(max_length=64, help_text="SHA-256 of the last call's body.")
+    last_arguments_sample = models.CharField(max_length=200, blank=True, help_text="Its first characters.")
+    last_code = models.CharField(max_length=64, blank=True, help_text="The error code the last call got.")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["agent_session", "minute", "kind"], name="one_tally_per_session_minute"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.count} {self.kind} calls at {self.minute:%Y-%m-%d %H:%M}"

@@ -7,6 +7,7 @@ from django.contrib.auth.models import Group
 from rest_framework import serializers
 
 from .arguments import StrictCharField, StrictSerializer
+from .digests import sha256_hex
 
 REFUND_REVIEWERS = "Refund reviewers"
 INVOICE_APPROVERS = "Invoice approvers"
@@ -54,3 +55,20 @@ def customer_upsert(data: dict[str, Any]) -> str:
 
 def staff_upsert(data: dict[str, Any]) -> str:
     return _person_upsert(data, is_staff=True)
+
+
+def person_describe(data: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
+    """A person as stored, for the import's audit: never the password, only whether it changed."""
+    user = get_user_model().objects.filter(username=data["username"]).first()
+    if user is None:
+        return "", None
+    return str(user.pk), {
+        "username": user.get_username(),
+        "email": user.email,
+        "is_staff": user.is_staff,
+        "is_active": user.is_active,
+        "is_superuser": user.is_superuser,
+        "groups": sorted(user.groups.values_list("name", flat=True)),
+        "has_usable_password": user.has_usable_password(),
+        "_password": sha256_hex(user.password),
+    }

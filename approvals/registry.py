@@ -215,12 +215,20 @@ class Action(ABC):
 
 @dataclass
 class ImportSection:
-    """A top-level key of `import_shop_data`'s JSON file, with its item serializer and writer."""
+    """A top-level key of `import_shop_data`'s JSON file, with its item serializer and writer.
+
+    `describe(item)` returns the subject id an item is audited under and a summary of what is stored for
+    it now (None when nothing is): the import records it before and after every write that changed
+    something. Keys starting with `_` are compared but never recorded (a password hash's fingerprint).
+    """
 
     key: str
     item_serializer: type[Serializer]
     write: Callable[[dict[str, Any]], Any]
     order: int = 100
+    subject_type: str = ""
+    describe: Callable[[dict[str, Any]], tuple[str, dict[str, Any] | None]] | None = None
+    audit_event: str = "shop_data_changed"
 
 
 @dataclass

@@ -19,6 +19,7 @@ from functools import cache
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
@@ -297,6 +298,17 @@ def agent_session_create(
     ttl = settings.AGENT_SESSION_DEFAULT_TTL_SECONDS if ttl_seconds is None else ttl_seconds
     if ttl <= 0:
         raise ApplicationError("The lifetime must be a positive number of seconds.", code="bad_ttl")
+    # The person's row is locked so that concurrent mints are counted one after the other (NO KEY: their
+    # proposals in flight, which hold key-share locks on it, need not be waited for).
+    list(get_user_model().objects.select_for_update(no_key=True).filter(pk=user.pk).values_list("pk", flat=True))
+    live = AgentSession.objects.filter(user=user, revoked_at__isnull=True, expires_at__gt=timezone.now()).count()
+    limit = settings.AGENT_SESSIONS_PER_USER_MAX
+    if live >= limit:
+        raise ApplicationError(
+            f"{user} already has {live} live agent sessions, the most allowed ({limit}); "
+            "revoke one or let it expire first.",
+            code="agent_session_limit", live_sessions=live, limit=limit,
+        )
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     session = AgentSession.objects.create(
         token_hash=agent_token_hash(token),
@@ -318,7 +330,14 @@ def agent_session_create(
 def agent_sessions_revoke(
     *, token_prefix: str | None = None, username: str | None = None, revoked_by: AbstractBaseUser | None = None
 ) -> int:
-    """Revoke live agent sessions by token prefix or by user; each revocation is audited."""
+    """Revoke live agent sessions by token prefix or by user; each revocation is audited.
+
+    What a revoked session proposed and is not being executed yet ends with it: its open previews are
+    superseded (failure code `agent_session_revoked`), each audited, so that no one confirms, approves
+    or executes a proposal of an agent that was stopped.
+    """
+    # A plain FOR UPDATE (not NO KEY): it waits for proposals of these sessions still in flight (their
+    # inserts hold a key-share lock on the session row), so their previews are found below.
     sessions = AgentSession.objects.select_for_update().filter(revoked_at__isnull=True)
     if token_prefix:
         sessions = sessions.filter(token_prefix__startswith=token_prefix[:16])
@@ -327,18 +346,49 @@ def agent_sessions_revoke(
     else:
         return 0
     count = 0
-    with transaction.atomic():
+    with _audited_transaction():
         for session in sessions.order_by("pk"):
             session.revoked_at = timezone.now()
             session.save(update_fields=["revoked_at"])
+            superseded = _agent_session_previews_supersede(session)
             audit_record(
                 event=AuditEvent.AGENT_SESSION_REVOKED,
                 actor=revoked_by,
                 agent_session=session,
-                result={"token_prefix": session.token_prefix, "user": session.user_id},
+                result={
+                    "token_prefix": session.token_prefix,
+                    "user": session.user_id,
+                    "previews_superseded": [str(pk) for pk in superseded],
+                },
             )
             count += 1
     return count
+
+
+AGENT_SESSION_REVOKED_REASON = (
+    "The agent session that proposed this was revoked, so the proposal was withdrawn before anything was done."
+)
+
+
+def _agent_session_previews_supersede(session: AgentSession) -> list[Any]:
+    """Supersede the session's open previews whose execution has not begun (those are left to finish:
+    the provider may already have been asked). Locks previews in primary-key order, like every path."""
+    superseded = []
+    candidates = Preview.objects.select_for_update().filter(agent_session=session, status__in=OPEN_STATUSES)
+    for preview in candidates.order_by("pk"):
+        if preview.status == PreviewStatus.APPROVED and preview.execution_started_at is not None:
+            continue
+        previous = preview.status
+        _mark(preview, PreviewStatus.SUPERSEDED, code="agent_session_revoked", reason=AGENT_SESSION_REVOKED_REASON)
+        audit_record(
+            event=AuditEvent.SUPERSEDED,
+            preview=preview,
+            agent_session=session,
+            result={"code": "agent_session_revoked", "previous_status": previous,
+                    "reason": AGENT_SESSION_REVOKED_REASON},
+        )
+        superseded.append(preview.pk)
+    return superseded
 
 
 # Proposals -----------------------------------------------------------------------------------

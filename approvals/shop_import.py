@@ -8,7 +8,9 @@ from typing import Any
 from django.db import transaction
 
 from .api.parsers import StrictJSONError, strict_json_loads
-from .registry import registry
+from .models import AuditEvent
+from .registry import ImportSection, registry
+from .services import audit_record
 
 
 class ShopDataInvalid(Exception):
@@ -61,6 +63,11 @@ def shop_data_validate(text: str) -> list[tuple[Any, list[dict[str, Any]]]]:
         "document": document,
         "usernames": {p.get("username") for p in people},
         "staff": {p.get("username") for p in document.get("staff") or [] if isinstance(p, dict)},
+        # The groups each staff member in the file will have after the import.
+        "staff_groups": {
+            p.get("username"): [g for g in p.get("groups") or [] if isinstance(g, str)]
+            for p in document.get("staff") or [] if isinstance(p, dict)
+        },
     }
     validated: list[tuple[Any, list[dict[str, Any]]]] = []
     for section in registry.ordered_import_sections():
@@ -80,11 +87,50 @@ def shop_data_validate(text: str) -> list[tuple[Any, list[dict[str, Any]]]]:
     return validated
 
 
-def shop_data_import(text: str) -> dict[str, Counter[str]]:
-    """Validate, then write everything or nothing. Returns outcome counts per section."""
+def _public(summary: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if summary is None else {k: v for k, v in summary.items() if not k.startswith("_")}
+
+
+def _changed_fields(before: dict[str, Any] | None, after: dict[str, Any] | None) -> list[str]:
+    before, after = before or {}, after or {}
+    return sorted(k.lstrip("_") for k in set(before) | set(after) if before.get(k) != after.get(k))
+
+
+def _write_audited(section: ImportSection, item: dict[str, Any], *, operator: str) -> str:
+    if section.describe is None:
+        return section.write(dict(item))
+    _, before = section.describe(item)
+    outcome = section.write(dict(item))
+    if outcome == "unchanged":
+        return outcome
+    subject_id, after = section.describe(item)
+    audit_record(
+        event=AuditEvent(section.audit_event),
+        subject_type=section.subject_type,
+        subject_id=subject_id,
+        result={
+            "source": "import_shop_data",
+            "operator": operator,
+            "section": section.key,
+            "outcome": outcome,
+            "changed": _changed_fields(before, after),
+            "before": _public(before),
+            "after": _public(after),
+        },
+    )
+    return outcome
+
+
+def shop_data_import(text: str, *, operator: str) -> dict[str, Counter[str]]:
+    """Validate, then write everything or nothing. Returns outcome counts per section.
+
+    Every change is audited with a before/after summary and the operator who ran the import.
+    """
+    if not operator.strip():
+        raise ValueError("An import needs the name of its operator.")
     validated = shop_data_validate(text)
     summary: dict[str, Counter[str]] = {}
     with transaction.atomic():
         for section, items in validated:
-            summary[section.key] = Counter(section.write(dict(item)) for item in items)
+            summary[section.key] = Counter(_write_audited(section, item, operator=operator) for item in items)
     return summary

@@ -1,19 +1,30 @@
-"""Settings, every value from the environment with a safe embedded default.
+"""Settings, every value from the environment.
 
-The embedded default (no environment at all) is the demo: SQLite, Celery in
-eager mode, mail to the console.
+The settings fail closed: `DEBUG` is off and there is no `SECRET_KEY` unless the environment gives
+one, or asks for the demo (`DEMO=1`, which `make run` sets) or for `DEBUG=true`. Everything else has a
+safe embedded default: SQLite, Celery in eager mode, mail to the console.
 """
 
 from pathlib import Path
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
 
-DEBUG = env.bool("DEBUG", default=True)
-SECRET_KEY = env.str("SECRET_KEY", default="insecure-embedded-demo-key-change-me")
+# The demo's values are used only when asked for: a deployment that forgot its variables must not
+# run with DEBUG's URL listings and a key everyone can read in this file.
+DEMO = env.bool("DEMO", default=False)
+DEBUG = env.bool("DEBUG", default=DEMO)
+SECRET_KEY = env.str("SECRET_KEY", default="")
+if not SECRET_KEY:
+    if not (DEMO or DEBUG):
+        raise ImproperlyConfigured(
+            "Set SECRET_KEY (a long random value), or DEMO=1 for the local demo (`make run` does)."
+        )
+    SECRET_KEY = "insecure-embedded-demo-key-change-me"
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
@@ -80,7 +91,16 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         server_side_binding=True,
         prepare_threshold=None if _prepare_threshold.lower() in ("off", "none", "") else int(_prepare_threshold),
     )
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Concurrent writers (confirmations while the eager worker commits) wait for the lock instead of
+    # failing at once with "database is locked"; IMMEDIATE takes the write lock when a transaction
+    # begins, so that two readers never deadlock upgrading to writers (which no timeout helps).
+    DATABASES["default"].setdefault("OPTIONS", {})
+    DATABASES["default"]["OPTIONS"].setdefault("timeout", env.int("SQLITE_BUSY_TIMEOUT_SECONDS", default=20))
+    DATABASES["default"]["OPTIONS"].setdefault("transaction_mode", "IMMEDIATE")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTHENTICATION_BACKENDS = ["approvals.login.ThrottledModelBackend"]
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -152,7 +172,8 @@ DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="billing@shop.example
 PREVIEW_TTL_SECONDS = env.int("PREVIEW_TTL_SECONDS", default=15 * 60)
 # Previews that need a staff approval (large refunds, invoice sends) wait this long for it.
 STAFF_REVIEW_TTL_SECONDS = env.int("STAFF_REVIEW_TTL_SECONDS", default=24 * 3600)
-# Refunds above these amounts (minor units, per currency) also need a staff approval.
+# Refunds above these amounts (minor units, per currency) also need a staff approval. `*` is the
+# catch-all for other currencies; a currency with neither needs staff review for every refund.
 STAFF_REVIEW_THRESHOLDS = {
     code.strip().upper(): int(amount)
     for code, amount in (
@@ -163,6 +184,12 @@ STAFF_REVIEW_THRESHOLDS = {
 }
 AGENT_SESSION_DEFAULT_TTL_SECONDS = env.int("AGENT_SESSION_DEFAULT_TTL_SECONDS", default=8 * 3600)
 AGENT_THROTTLE_RATE = env.str("AGENT_THROTTLE_RATE", default="120/min")
+# Per person, across all their agent sessions: more sessions must not mean more calls.
+AGENT_USER_THROTTLE_RATE = env.str("AGENT_USER_THROTTLE_RATE", default="240/min")
+AGENT_SESSIONS_PER_USER_MAX = env.int("AGENT_SESSIONS_PER_USER_MAX", default=5)
+# Throttled and malformed tool calls are counted per session, minute and kind (approvals.CallTally);
+# only the first ones of each minute also get a full audit record, so a flood cannot fill the log.
+AGENT_REJECTED_CALLS_AUDITED_PER_MINUTE = env.int("AGENT_REJECTED_CALLS_AUDITED_PER_MINUTE", default=10)
 PAYMENT_GATEWAY = env.str("PAYMENT_GATEWAY", default="local")
 STRIPE_API_KEY = env.str("STRIPE_API_KEY", default="")
 STRIPE_API_BASE = env.str("STRIPE_API_BASE", default="https://api.stripe.com")
@@ -206,9 +233,16 @@ CONTENT_SECURITY_POLICY = {
     }
 }
 
-# Failed logins per username and per client address before the login form pauses them.
+# Login attempts per username (as Django normalizes it, case-folded) and per client address before
+# every login path (the login page, the admin, anything calling authenticate()) pauses them.
 LOGIN_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", default=5)
 LOGIN_FAILURE_WINDOW_SECONDS = env.int("LOGIN_FAILURE_WINDOW_SECONDS", default=15 * 60)
+# The client's address: REMOTE_ADDR, unless the app runs behind TRUSTED_PROXY_COUNT proxies that each
+# append the address they saw to CLIENT_IP_HEADER (the Django META name of the header).
+TRUSTED_PROXY_COUNT = env.int("TRUSTED_PROXY_COUNT", default=0)
+CLIENT_IP_HEADER = env.str("CLIENT_IP_HEADER", default="HTTP_X_FORWARDED_FOR")
+# The Django admin (read-only for the gateway's records) is served only when asked for, or in DEBUG.
+ADMIN_ENABLED = env.bool("ADMIN_ENABLED", default=DEBUG)
 
 HTTPS = env.bool("HTTPS", default=False)
 SESSION_COOKIE_HTTPONLY = True

@@ -1,12 +1,22 @@
 """The test override: fast hashing, eager Celery unless a test starts a real worker."""
 
-from .settings import *  # noqa: F403
-from .settings import env
+import os
+
+# The settings refuse to start without a key; the tests (and the workers and servers they start,
+# which inherit this environment) use a throwaway one.
+os.environ.setdefault("SECRET_KEY", "test-only-secret-key-not-for-any-deployment-0123456789")
+
+from .settings import *  # noqa: E402, F403
+from .settings import env  # noqa: E402
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 CELERY_TASK_ALWAYS_EAGER = True
 CELERY_BROKER_URL = env.str("REDIS_URL", default="memory://")
 EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
 AGENT_THROTTLE_RATE = "10000/min"
+AGENT_USER_THROTTLE_RATE = "10000/min"
+AGENT_SESSIONS_PER_USER_MAX = 1000
 # Throttle and login-failure counters must not outlive a test run (REDIS_URL may be set).
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+# The admin's own tests use it; tests/test_login_throttle.py checks that it can be left out.
+ADMIN_ENABLED = True

@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.shortcuts import redirect
@@ -23,5 +24,6 @@ urlpatterns = [
     path("previews/", include("approvals.urls")),
     path("orders/", include("refunds.urls")),
     path("console/", include("approvals.console.urls")),
-    path("admin/", admin.site.urls),
 ]
+if settings.ADMIN_ENABLED:
+    urlpatterns.append(path("admin/", admin.site.urls))

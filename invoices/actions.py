@@ -9,16 +9,16 @@ from django.core.validators import validate_email
 from django.utils import timezone
 
 from approvals.errors import PolicyRefusal
-from approvals.models import ApprovalRole, Preview
+from approvals.models import ApprovalRole, AuditEvent, Preview
 from approvals.money import format_minor
 from approvals.registry import Action, DisplayRow, FactTable, Proposal, ReviewDocument, RuleResult, StandingGrant
+from approvals.services import audit_record
 
 from .mail import SEND_INVOICE, InvoiceSendRefused, invoice_delivery_record, invoice_email_send
 from .models import Delivery, Invoice, InvoiceStatus, StandingApproval
+from .permissions import APPROVE_SENDS, SEND_ANY_INVOICE, may_approve_sends
 from .rendering import invoice_email_render
 from .serializers import SendInvoiceArguments
-
-SEND_ANY_INVOICE = "invoices.send_any_invoice"
 
 
 def invoice_unavailable(invoice_id: str) -> PolicyRefusal:
@@ -69,7 +69,7 @@ class SendInvoiceAction(Action):
     arguments_serializer = SendInvoiceArguments
     # SMTP has no idempotency key: the engine sends under the preview's lock, one run at a time.
     idempotent_effect = False
-    review_permission = "approvals.review_send_invoice"
+    review_permission = APPROVE_SENDS
 
     def may_use(self, user: Any) -> bool:
         return bool(user.is_active) and (not user.is_staff or user.has_perm(SEND_ANY_INVOICE))
@@ -97,8 +97,9 @@ class SendInvoiceAction(Action):
         )
 
     def claim_standing_grant(self, preview: Preview) -> StandingGrant | None:
-        standing = (
-            StandingApproval.objects.select_for_update()
+        candidates = (
+            StandingApproval.objects.select_for_update(of=("self",))
+            .select_related("approved_by")
             .filter(
                 invoice__number=preview.subject_id,
                 recipient=preview.payload["recipient"],
@@ -106,19 +107,29 @@ class SendInvoiceAction(Action):
             )
             .exclude(approved_by=preview.actor_id)
             .order_by("pk")
-            .first()
         )
-        if standing is None:
-            return None
-        standing.consumed_at = timezone.now()
-        standing.consumed_by = preview
-        standing.save(update_fields=["consumed_at", "consumed_by"])
-        return StandingGrant(
-            role=ApprovalRole.STAFF,
-            approver=standing.approved_by,
-            basis=f"standing approval #{standing.pk} for {preview.subject_id} to "
-            f"{standing.recipient} by {standing.approved_by.get_username()}",
-        )
+        for standing in candidates:
+            approver = standing.approved_by
+            facts = {"standing_approval": standing.pk, "recipient": standing.recipient,
+                     "approved_by": approver.get_username()}
+            # Checked at use as well as at import: the approver may have left or lost the role since.
+            if not may_approve_sends(approver):
+                audit_record(
+                    event=AuditEvent.STANDING_APPROVAL_REFUSED, preview=preview,
+                    result={**facts, "reason": "the approver is no longer an active invoice approver"},
+                )
+                continue
+            standing.consumed_at = timezone.now()
+            standing.consumed_by = preview
+            standing.save(update_fields=["consumed_at", "consumed_by"])
+            audit_record(event=AuditEvent.STANDING_APPROVAL_USED, preview=preview, actor=approver, result=facts)
+            return StandingGrant(
+                role=ApprovalRole.STAFF,
+                approver=approver,
+                basis=f"standing approval #{standing.pk} for {preview.subject_id} to "
+                f"{standing.recipient} by {approver.get_username()}",
+            )
+        return None
 
     def lock_subject(self, preview: Preview) -> Invoice | None:
         return Invoice.objects.select_for_update().filter(number=preview.subject_id).first()

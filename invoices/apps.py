@@ -9,11 +9,12 @@ class InvoicesConfig(AppConfig):
 
         from .actions import SendInvoiceAction
         from .serializers import InvoiceImportSerializer, StandingApprovalImportSerializer
-        from .services import invoice_upsert, standing_approval_upsert
+        from .services import invoice_describe, invoice_upsert, standing_approval_describe, standing_approval_upsert
 
         registry.register_action(SendInvoiceAction())
         registry.register_import_section(
-            ImportSection(key="invoices", item_serializer=InvoiceImportSerializer, write=invoice_upsert, order=30)
+            ImportSection(key="invoices", item_serializer=InvoiceImportSerializer, write=invoice_upsert, order=30,
+                          subject_type="invoice", describe=invoice_describe)
         )
         registry.register_import_section(
             ImportSection(
@@ -21,5 +22,8 @@ class InvoicesConfig(AppConfig):
                 item_serializer=StandingApprovalImportSerializer,
                 write=standing_approval_upsert,
                 order=40,
+                subject_type="invoice",
+                describe=standing_approval_describe,
+                audit_event="standing_approval_granted",
             )
         )

@@ -30,6 +30,13 @@ class RenderedInvoiceEmail:
         )
 
 
+def _plain_text(rendered: str) -> str:
+    """render_to_string marks its output safe for HTML; a text template (autoescape off) holds the
+    invoice's imported text unescaped, so it must not keep that mark, or a page showing it would not
+    escape it. Joining makes a plain str of the same characters."""
+    return "".join([rendered])
+
+
 def invoice_email_render(*, invoice: Invoice, recipient: str) -> RenderedInvoiceEmail:
     lines = [
         {
@@ -47,10 +54,10 @@ def invoice_email_render(*, invoice: Invoice, recipient: str) -> RenderedInvoice
         "recipient": recipient,
         "shop_name": settings.SHOP_NAME,
     }
-    subject = " ".join(render_to_string("invoices/email_subject.txt", context).split())
+    subject = _plain_text(" ".join(render_to_string("invoices/email_subject.txt", context).split()))
     return RenderedInvoiceEmail(
         subject=subject,
-        text=render_to_string("invoices/email_body.txt", context),
+        text=_plain_text(render_to_string("invoices/email_body.txt", context)),
         html=render_to_string("invoices/email_body.html", context),
         attachment_name=f"invoice-{invoice.number}.html",
         attachment=render_to_string("invoices/invoice_document.html", context),

@@ -1,12 +1,21 @@
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from rest_framework import serializers
 
-from approvals.arguments import MAX_SAFE_MINOR, StrictCharField, StrictChoiceField, StrictIntegerField, StrictSerializer
+from approvals.arguments import (
+    MAX_SAFE_MINOR,
+    StrictCharField,
+    StrictChoiceField,
+    StrictIntegerField,
+    StrictSerializer,
+    SubjectIdField,
+)
 from approvals.money import is_known_currency
 
 from .models import Invoice, InvoiceStatus
+from .permissions import APPROVE_SENDS, may_approve_sends
 
 
 class InvoiceLineImportSerializer(StrictSerializer):
@@ -16,7 +25,7 @@ class InvoiceLineImportSerializer(StrictSerializer):
 
 
 class InvoiceImportSerializer(StrictSerializer):
-    number = StrictCharField(max_length=64)
+    number = SubjectIdField()
     customer = StrictCharField(max_length=150)
     currency = StrictCharField(min_length=3, max_length=3)
     status = StrictChoiceField(choices=InvoiceStatus.choices)
@@ -57,10 +66,29 @@ class StandingApprovalImportSerializer(StrictSerializer):
         return value
 
     def validate_approved_by(self, value: str) -> str:
-        if value not in self.context.get("staff", set()) and not get_user_model().objects.filter(
-            username=value, is_staff=True
-        ).exists():
+        """Only an active member of staff who may approve sends may give one in advance. For a staff
+        member in the file, the groups the file gives them count (the import sets them)."""
+        user = get_user_model().objects.filter(username=value).first()
+        in_file = self.context.get("staff_groups", {}).get(value)
+        if in_file is None and (user is None or not user.is_staff):
             raise serializers.ValidationError(f"No staff member {value!r} in the file or the database.")
+        if user is not None and not user.is_active:
+            raise serializers.ValidationError(f"{value!r} is not an active user and may not approve sends.")
+        if in_file is not None:
+            approver_groups = set(
+                Group.objects.filter(
+                    permissions__content_type__app_label=APPROVE_SENDS.split(".")[0],
+                    permissions__codename=APPROVE_SENDS.split(".")[1],
+                ).values_list("name", flat=True)
+            )
+            allowed = bool(approver_groups & set(in_file)) or bool(user is not None and user.is_superuser)
+        else:
+            allowed = may_approve_sends(user)
+        if not allowed:
+            raise serializers.ValidationError(
+                f"{value!r} may not approve invoice sends (not in a group with that permission, "
+                "such as Invoice approvers)."
+            )
         return value
 
 

@@ -56,3 +56,32 @@ def standing_approval_upsert(data: dict[str, Any]) -> str:
     approver = get_user_model().objects.get(username=data["approved_by"])
     StandingApproval.objects.create(invoice=invoice, recipient=data["recipient"], approved_by=approver)
     return "created"
+
+
+def invoice_describe(data: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
+    """An invoice as stored, for the import's audit."""
+    invoice = Invoice.objects.select_related("customer").filter(number=data["number"]).first()
+    if invoice is None:
+        return data["number"], None
+    return invoice.number, {
+        "customer": invoice.customer.get_username(),
+        "currency": invoice.currency,
+        "status": invoice.status,
+        "total_minor": invoice.total_minor,
+        "lines": [list(line) for line in invoice.lines.values_list("description", "quantity", "unit_minor")],
+        "contacts": sorted(invoice.contacts.values_list("email", flat=True)),
+        "version": invoice.version,
+    }
+
+
+def standing_approval_describe(data: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
+    """The unused standing approvals for the pair, for the import's audit of a grant."""
+    unused = StandingApproval.objects.filter(
+        invoice__number=data["invoice"], recipient=data["recipient"], consumed_at__isnull=True
+    ).select_related("approved_by").order_by("pk")
+    return data["invoice"], {
+        "recipient": data["recipient"],
+        "unused_standing_approvals": [
+            {"id": standing.pk, "approved_by": standing.approved_by.get_username()} for standing in unused
+        ],
+    }

@@ -18,6 +18,7 @@ from .policy import order_unavailable, refund_policy_check, refund_policy_checks
 from .serializers import RefundOrderArguments
 from .services import refund_find, refund_pay, refund_record
 
+CATCH_ALL = "*"
 REASON_WORDS = {"damaged": "Arrived damaged", "late": "Delivered late", "unwanted": "No longer wanted"}
 RULE_WORDS = {
     "order_refundable": "2. Order is refundable (delivered, not cancelled)",
@@ -32,9 +33,16 @@ def _in_flight(order: Order, *, exclude: Any = None) -> int:
     return amount_in_flight(subject_type="order", subject_id=order.number, exclude=exclude)
 
 
+def staff_review_threshold(currency: str) -> int | None:
+    """The amount above which a refund in this currency needs staff, or None: then every refund does."""
+    thresholds = settings.STAFF_REVIEW_THRESHOLDS
+    return thresholds.get(currency, thresholds.get(CATCH_ALL))
+
+
 def staff_review_required(amount_minor: int, currency: str) -> bool:
-    threshold = settings.STAFF_REVIEW_THRESHOLDS.get(currency)
-    return threshold is not None and amount_minor > threshold
+    # Fails closed: a currency nobody set a threshold for (and no catch-all) always goes to staff.
+    threshold = staff_review_threshold(currency)
+    return threshold is None or amount_minor > threshold
 
 
 class RefundOrderAction(Action):

@@ -7,11 +7,13 @@ class RefundsConfig(AppConfig):
     def ready(self) -> None:
         from approvals.registry import ImportSection, registry
 
+        from . import checks  # noqa: F401 - registers the system check
         from .actions import RefundOrderAction
         from .serializers import OrderImportSerializer
-        from .services import order_upsert
+        from .services import order_describe, order_upsert
 
         registry.register_action(RefundOrderAction())
         registry.register_import_section(
-            ImportSection(key="orders", item_serializer=OrderImportSerializer, write=order_upsert, order=20)
+            ImportSection(key="orders", item_serializer=OrderImportSerializer, write=order_upsert, order=20,
+                          subject_type="order", describe=order_describe)
         )

@@ -10,6 +10,7 @@ from approvals.arguments import (
     StrictChoiceField,
     StrictIntegerField,
     StrictSerializer,
+    SubjectIdField,
 )
 from approvals.money import is_known_currency
 from approvals.selectors import amount_in_flight
@@ -37,7 +38,7 @@ class RefundOrderArguments(StrictSerializer):
 
 
 class OrderImportSerializer(StrictSerializer):
-    id = StrictCharField(max_length=64)
+    id = SubjectIdField()
     customer = StrictCharField(max_length=150)
     currency = StrictCharField(min_length=3, max_length=3)
     total_minor = StrictIntegerField(min_value=0, max_value=MAX_SAFE_MINOR)

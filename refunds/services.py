@@ -102,3 +102,14 @@ def refund_record(*, preview: Preview, order: Order, refund_id: str) -> dict[str
         "currency": preview.currency,
         "order_refunded_minor": order.refunded_minor,
     }
+
+
+def order_describe(data: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
+    """An order as stored, for the import's audit."""
+    order = Order.objects.select_related("customer").filter(number=data["id"]).first()
+    if order is None:
+        return data["id"], None
+    summary: dict[str, Any] = {field: getattr(order, field) for field in ORDER_IMPORT_FIELDS}
+    summary["placed_at"] = order.placed_at.isoformat()
+    summary["delivered_at"] = order.delivered_at.isoformat() if order.delivered_at else None
+    return order.number, {"customer": order.customer.get_username(), **summary, "version": order.version}

@@ -47,6 +47,15 @@ def _staff_groups(request):
             group.permissions.add(Permission.objects.get(content_type__app_label=app_label, codename=codename))
 
 
+@pytest.fixture(autouse=True)
+def _login_counters_start_empty():
+    """Login attempts are counted per client address in the (per-process) cache: one test's wrong
+    passwords from the test client's 127.0.0.1 must not pause the next test's logins."""
+    from django.core.cache import cache
+
+    cache.clear()
+
+
 @pytest.fixture
 def alice(db):
     return UserFactory(username="alice")

@@ -77,3 +77,17 @@ class AgentSessionThrottle(SimpleRateThrottle):
                 return float(self.duration)
             self.oldest_that_counts = self.history[min(self.num_requests, len(self.history)) - 1]
         return max(self.duration - (self.now - self.oldest_that_counts), 1.0)
+
+
+class AgentUserThrottle(AgentSessionThrottle):
+    """Per person, across all their agent sessions: minting more sessions does not buy more calls."""
+
+    scope = "agent_user"
+
+    def get_rate(self) -> str:
+        return settings.AGENT_USER_THROTTLE_RATE
+
+    def get_cache_key(self, request, view):  # type: ignore[no-untyped-def]
+        if request.auth is None:
+            return None
+        return self.cache_format % {"scope": self.scope, "ident": request.auth.user_id}

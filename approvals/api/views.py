@@ -25,9 +25,10 @@ from rest_framework.views import APIView
 from ..arguments import StrictCharField, StrictIntegerField, StrictSerializer, input_json_schema
 from ..digests import digest_of
 from ..errors import ApplicationError
-from ..models import AuditEvent, Preview
+from ..models import AuditEvent, Preview, RejectedCallKind
 from ..presentation import preview_envelope
 from ..registry import registry
+from ..rejected_calls import SAMPLE_CHARACTERS, rejected_call_audit_due, rejected_call_count
 from ..services import (
     IdempotencyConflict,
     agent_session_create,
@@ -50,17 +51,52 @@ from .schema import (
     UNAUTHORIZED,
     error_response,
 )
-from .throttling import AgentSessionThrottle
+from .throttling import AgentSessionThrottle, AgentUserThrottle
 
 IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
 
 
 class AgentAPIView(APIView):
     authentication_classes = [AgentTokenAuthentication]
-    throttle_classes = [AgentSessionThrottle]
+    throttle_classes = [AgentSessionThrottle, AgentUserThrottle]
 
     def base_url(self) -> str:
         return self.request.build_absolute_uri("/")
+
+    def throttled(self, request: Request, wait: float | None) -> None:
+        """Count the throttled call (and audit the first ones of the minute) before answering 429."""
+        session = request.auth
+        if session is not None:
+            if request.method == "POST":
+                try:
+                    body = request._request.body.decode("utf-8", "replace")
+                except Exception:  # noqa: BLE001 - an oversized or unreadable body: count the call anyway
+                    body = ""
+            else:
+                body = request.get_full_path()
+            count = rejected_call_count(
+                agent_session=session, kind=RejectedCallKind.THROTTLED, body=body, code="throttled"
+            )
+            if rejected_call_audit_due(count):
+                proposal_audit_rejected(
+                    agent_session=session, event=AuditEvent.CALL_THROTTLED, tool_name="",
+                    raw_arguments=storable(body[:SAMPLE_CHARACTERS]),
+                    error={"code": "throttled", "calls_this_minute": count, "path": request.path[:200]},
+                )
+        super().throttled(request, wait)
+
+
+def _audit_rejected_call(
+    *, session: Any, event: AuditEvent, tool_name: str, raw_arguments: str, error: dict[str, Any]
+) -> None:
+    """Count a call refused before the policy; audit it in full only while few came this minute."""
+    count = rejected_call_count(
+        agent_session=session, kind=RejectedCallKind.MALFORMED, body=raw_arguments, code=str(error.get("code", ""))
+    )
+    if rejected_call_audit_due(count):
+        proposal_audit_rejected(
+            agent_session=session, event=event, tool_name=tool_name, raw_arguments=raw_arguments, error=error
+        )
 
 
 @extend_schema_field(ARGUMENTS)
@@ -164,8 +200,8 @@ class ToolCallView(AgentAPIView):
         except (ParseError, UnsupportedMediaType) as error:
             # Not even JSON: still a tool call from this session, audited with the body as received
             # and the error code the caller gets (malformed_request, unsupported_media_type).
-            proposal_audit_rejected(
-                agent_session=session, event=AuditEvent.PROPOSAL_INVALID, tool_name="",
+            _audit_rejected_call(
+                session=session, event=AuditEvent.PROPOSAL_INVALID, tool_name="",
                 raw_arguments=storable(getattr(request, "raw_body_text", "")),
                 error=storable({"code": error_code(error), "message": str(error.detail)}),
             )
@@ -176,8 +212,8 @@ class ToolCallView(AgentAPIView):
 
         def reject(http_status: int, event: AuditEvent, code: str, message: str, **facts: Any) -> Response:
             body = storable(error_body(code, message, **facts))
-            proposal_audit_rejected(
-                agent_session=session, event=event, tool_name=storable(tool_name),
+            _audit_rejected_call(
+                session=session, event=event, tool_name=storable(tool_name),
                 raw_arguments=storable(raw_arguments), error=body["error"],
             )
             return Response(body, status=http_status)

@@ -13,7 +13,9 @@ urlpatterns = [
     path("previews/<uuid:preview_id>/reject", views.preview_reject_view, name="reject"),
     path("previews/<uuid:preview_id>/retry", views.preview_retry_view, name="retry"),
     path("previews/<uuid:preview_id>/audit/", views.preview_audit, name="preview_audit"),
-    path("subjects/<slug:subject_type>/<str:subject_id>/audit/", views.subject_audit, name="subject_audit"),
+    # The subject's id is a query parameter (`?id=`): an order number may hold `/`, `%` or `?`, which no
+    # path segment carries through every proxy and browser unchanged.
+    path("subjects/<slug:subject_type>/audit/", views.subject_audit, name="subject_audit"),
     path("agent-sessions/", views.agent_sessions, name="agent_sessions"),
     path("agent-sessions/<int:session_id>/revoke", views.agent_session_revoke, name="agent_session_revoke"),
     path("audit/", views.audit_log, name="audit"),

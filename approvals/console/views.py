@@ -212,7 +212,10 @@ def preview_audit(request: HttpRequest, preview_id: Any) -> HttpResponse:
 
 @reviewer_required
 @require_GET
-def subject_audit(request: HttpRequest, subject_type: str, subject_id: str) -> HttpResponse:
+def subject_audit(request: HttpRequest, subject_type: str) -> HttpResponse:
+    subject_id = request.GET.get("id", "")
+    if not subject_id:
+        raise Http404("Name the subject with ?id=.")
     records = list(selectors.subject_timeline(user=request.user, subject_type=subject_type, subject_id=subject_id))
     if not records:
         raise Http404("No audit records for this subject.")

@@ -17,7 +17,15 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from approvals.api.throttling import AgentSessionThrottle
-from approvals.models import AgentSession, Approval, AuditRecord, IdempotencyRecord, Preview, PreviewStatus
+from approvals.models import (
+    AgentSession,
+    Approval,
+    AuditRecord,
+    IdempotencyRecord,
+    Preview,
+    PreviewStatus,
+    RejectedCallTally,
+)
 from invoices.models import Invoice, InvoiceContact, InvoiceLine, InvoiceStatus
 from refunds.models import Refund
 from tests.conftest import agent_client_for, propose
@@ -637,7 +645,14 @@ def test_the_fourth_call_in_a_minute_is_429_with_retry_after(alice, o12, setting
     assert body["error"]["code"] == "throttled"
     assert body["error"]["retry_after_seconds"] == 30
     assert Preview.objects.count() == 1
-    assert proposal_records().count() == before  # a throttled call is not even parsed
+    # A throttled call is not even parsed; it leaves a bounded trace: a count per session and minute,
+    # and (for the first few calls of the minute) one audit record with the start of the body.
+    assert proposal_records().exclude(event="call_throttled").count() == before
+    (record,) = proposal_records().filter(event="call_throttled")
+    assert record.result["error"]["code"] == "throttled"
+    assert '"amount_minor": 7' in record.raw_arguments or '"amount_minor":7' in record.raw_arguments
+    tally = RejectedCallTally.objects.get(agent_session=client.agent_session)
+    assert (tally.kind, tally.count) == ("throttled", 1)
 
     throttle_clock["now"] += 29
     assert client.get("/api/agent/tools").status_code == 429

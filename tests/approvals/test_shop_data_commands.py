@@ -28,7 +28,7 @@ def _import(tmp_path, document):
     path = tmp_path / "shop.json"
     path.write_text(json.dumps(document) if not isinstance(document, str) else document)
     out, err = StringIO(), StringIO()
-    call_command("import_shop_data", str(path), stdout=out, stderr=err)
+    call_command("import_shop_data", str(path), "--operator", "ops-tester", stdout=out, stderr=err)
     return out.getvalue(), err.getvalue()
 
 
@@ -87,7 +87,7 @@ def test_bad_values_are_reported_with_their_json_path_and_nothing_is_written(db,
         path.write_text(json.dumps(document))
         err = StringIO()
         try:
-            call_command("import_shop_data", str(path), stdout=StringIO(), stderr=err)
+            call_command("import_shop_data", str(path), "--operator", "ops-tester", stdout=StringIO(), stderr=err)
         finally:
             assert expected in err.getvalue(), err.getvalue()
     assert not Order.objects.exists()
@@ -132,8 +132,8 @@ def test_create_agent_session_refuses_bad_input(db, tmp_path, args, message):
 
 def test_seed_demo_loads_the_seed_documents_shop_and_mints_a_working_token(db, client):
     out = StringIO()
-    call_command("seed_demo", stdout=out)
-    call_command("seed_demo", "--no-token", stdout=StringIO())  # idempotent
+    call_command("seed_demo", "--operator", "ops-tester", stdout=out)
+    call_command("seed_demo", "--no-token", "--operator", "ops-tester", stdout=StringIO())  # idempotent
     orders = {o.number: (o.customer.username, o.currency, o.total_minor) for o in Order.objects.all()}
     assert orders["o-12"] == ("alice", "EUR", 1000)
     assert orders["o-17"] == ("bob", "USD", 1000)

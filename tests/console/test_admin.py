@@ -4,7 +4,15 @@ import pytest
 from django.contrib import admin
 from django.urls import reverse
 
-from approvals.models import AgentSession, Approval, AuditRecord, IdempotencyRecord, Preview, PreviewStatus
+from approvals.models import (
+    AgentSession,
+    Approval,
+    AuditRecord,
+    IdempotencyRecord,
+    Preview,
+    PreviewStatus,
+    RejectedCallTally,
+)
 from invoices.models import Delivery, Invoice, InvoiceStatus, StandingApproval
 from refunds.models import LocalGatewayRefund, Order, Refund
 from tests.factories import StaffFactory
@@ -17,6 +25,7 @@ READ_ONLY = [
     Approval,
     AuditRecord,
     IdempotencyRecord,
+    RejectedCallTally,
     Refund,
     LocalGatewayRefund,
     Order,

@@ -47,10 +47,10 @@ def test_the_preview_timeline_lists_every_step_with_actor_and_facts(
 def test_the_order_timeline_includes_refused_proposals_that_named_it(awaiting_staff, reviewer_client):
     agent = agent_client_for(awaiting_staff.actor)
     assert propose(agent, order_id="o-77", amount_minor=99999999, reason="damaged").status_code == 422
-    page = text(reviewer_client.get("/console/subjects/order/o-77/audit/").content.decode())
+    page = text(reviewer_client.get("/console/subjects/order/audit/?id=o-77").content.decode())
     assert "Proposal Refused" in page and "amount_exceeds_remaining" in page and "99999999" in page
     assert "Proposed" in page and "Confirmed" in page
-    assert reviewer_client.get("/console/subjects/order/o-nothing/audit/").status_code == 404
+    assert reviewer_client.get("/console/subjects/order/audit/?id=o-nothing").status_code == 404
 
 
 def test_csv_export_has_every_record_in_the_range_and_defuses_formulas(awaiting_staff, reviewer_client):

@@ -7,7 +7,7 @@ from django.test import Client
 
 
 def test_the_printed_demo_logins_reach_the_console_as_promised(db):
-    call_command("seed_demo", "--no-token", stdout=io.StringIO())
+    call_command("seed_demo", "--no-token", "--operator", "ops-tester", stdout=io.StringIO())
     sam = Client()
     assert sam.login(username="sam", password="sam-demo-pass")
     assert sam.get("/")["Location"] == "/console/"

@@ -23,7 +23,7 @@ CONSOLE_URLS = [
     ("failures", "get", "/console/failures/", 200),
     ("detail", "get", "/console/previews/{id}/", 200),
     ("preview audit", "get", "/console/previews/{id}/audit/", 200),
-    ("order audit", "get", "/console/subjects/order/o-77/audit/", 200),
+    ("order audit", "get", "/console/subjects/order/audit/?id=o-77", 200),
     ("audit export page", "get", "/console/audit/", 200),
     ("audit export", "get", "/console/audit/export?" + EXPORT_QUERY, 200),
     ("approve", "post", "/console/previews/{id}/approve", 302),

@@ -1,8 +1,23 @@
+import getpass
 from pathlib import Path
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from approvals.shop_import import ShopDataInvalid, shop_data_import
+
+
+def operator_name(given: str | None) -> str:
+    """Who runs the import, for its audit records: `--operator`, required outside DEBUG (a shared
+    service account says nothing); in DEBUG the OS user."""
+    if given and given.strip():
+        return given.strip()
+    if not settings.DEBUG:
+        raise CommandError("Name the person running the import with --operator NAME.")
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError) as error:
+        raise CommandError("Name the person running the import with --operator NAME.") from error
 
 
 class Command(BaseCommand):
@@ -10,14 +25,19 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
         parser.add_argument("file", type=Path)
+        parser.add_argument(
+            "--operator",
+            help="Who runs this import, recorded with every change in the audit log (required unless DEBUG).",
+        )
 
-    def handle(self, *args, file: Path, **options):  # type: ignore[no-untyped-def]
+    def handle(self, *args, file: Path, operator: str | None = None, **options):  # type: ignore[no-untyped-def]
+        name = operator_name(operator)
         try:
             text = file.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as error:
             raise CommandError(f"Cannot read {file}: {error}") from error
         try:
-            summary = shop_data_import(text)
+            summary = shop_data_import(text, operator=name)
         except ShopDataInvalid as invalid:
             for problem in invalid.problems:
                 self.stderr.write(problem)

@@ -4,6 +4,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
+from approvals.management.commands.import_shop_data import operator_name
 from approvals.registry import registry
 from approvals.services import agent_session_create
 from approvals.shop_import import ShopDataInvalid, shop_data_import
@@ -16,10 +17,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
         parser.add_argument("--no-token", action="store_true", help="Do not mint an agent token.")
+        parser.add_argument("--operator", help="Who loads the demo, for the audit log (required unless DEBUG).")
 
-    def handle(self, *args, no_token: bool, **options):  # type: ignore[no-untyped-def]
+    def handle(self, *args, no_token: bool, operator: str | None = None, **options):  # type: ignore[no-untyped-def]
+        name = operator_name(operator)
         try:
-            summary = shop_data_import(DEMO_FILE.read_text(encoding="utf-8"))
+            summary = shop_data_import(DEMO_FILE.read_text(encoding="utf-8"), operator=name)
         except ShopDataInvalid as invalid:
             raise CommandError("\n".join(invalid.problems)) from invalid
         for key, counts in summary.items():

@@ -1,0 +1,36 @@
+"""`manage.py check`: warn about order currencies that have no staff review threshold."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import Warning, register
+from django.db import DatabaseError
+
+
+@register()
+def staff_review_thresholds_cover_order_currencies(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    from .actions import CATCH_ALL
+    from .models import Order
+
+    thresholds = settings.STAFF_REVIEW_THRESHOLDS
+    if CATCH_ALL in thresholds:
+        return []
+    try:
+        currencies = sorted(set(Order.objects.values_list("currency", flat=True).distinct()))
+    except DatabaseError:
+        # No database yet, or not migrated (a check runs before `migrate`): nothing to compare.
+        return []
+    missing = [code for code in currencies if code not in thresholds]
+    if not missing:
+        return []
+    return [
+        Warning(
+            f"Orders in {', '.join(missing)} have no entry in STAFF_REVIEW_THRESHOLDS: every refund in "
+            f"{'that currency' if len(missing) == 1 else 'those currencies'} needs a staff approval.",
+            hint="Add a threshold per currency (STAFF_REVIEW_THRESHOLDS=EUR:10000,JPY:15000) "
+            "or a catch-all for the others (…,*:10000).",
+            id="refunds.W001",
+        )
+    ]
