@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test install lint browser-deps clean bench bench-quick bench-deps
+.PHONY: run demo-reset test install lint browser-deps clean bench bench-quick bench-deps
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +27,9 @@ browser-deps:
 run: export DEMO := 1
 run: $(STAMP)
 	$(PY) manage.py migrate --noinput
-	$(PY) manage.py seed_demo | tee .demo-seed.log
+	@$(PY) manage.py seed_demo > .demo-seed.log || { cat .demo-seed.log; echo "Seeding the demo failed; 'make demo-reset' starts over."; exit 1; }
+	@cat .demo-seed.log
+	@grep -q '^agt_' .demo-seed.log || { echo "No agent token was minted; see the lines above."; exit 1; }
 	@echo
 	@echo "  Approval gateway demo:  http://$(HOST):$(PORT)/"
 	@echo "  Customers:  alice / alice-demo-pass    bob / bob-demo-pass"
@@ -36,6 +38,10 @@ run: $(STAMP)
 	@echo "  Try:  curl -s -H \"Authorization: Bearer $$(tail -n 1 .demo-seed.log)\" http://$(HOST):$(PORT)/api/agent/tools"
 	@echo
 	$(PY) manage.py runserver $(HOST):$(PORT)
+
+# Start the demo over: a new database, loaded afresh by the next `make run`.
+demo-reset:
+	rm -f db.sqlite3 .demo-seed.log
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -49,6 +49,7 @@ from .errors import (
 from .models import (
     OPEN_STATUSES,
     RETRYABLE_FAILURE_CODES,
+    AgentSession,
     Approval,
     AuditEvent,
     Execution,
@@ -59,6 +60,7 @@ from .models import (
 from .registry import Action, registry
 from .rows import fetch_one, statement_cursor, update_fields
 from .services import (
+    AGENT_SESSION_REVOKED_REASON,
     _approvals_of,
     _audited_transaction,
     _preview_digest,
@@ -112,6 +114,10 @@ class FencedOff(ApplicationError):
     code = "fenced_off"
 
 
+# Refusals that mean the preview itself is out of date (a new proposal is needed), not that it failed.
+SUPERSEDING_CODES = frozenset({"subject_changed", "agent_session_revoked"})
+
+
 def is_retryable_refusal(outcome: str, code: str) -> bool:
     return outcome == Outcome.REFUSED_BEFORE_EFFECT and code in RETRYABLE_FAILURE_CODES
 
@@ -123,7 +129,7 @@ def preview_status_for(outcome: str, code: str = "") -> PreviewStatus:
     if outcome == Outcome.SUCCEEDED:
         return PreviewStatus.EXECUTED
     if outcome == Outcome.REFUSED_BEFORE_EFFECT:
-        if code == "subject_changed":
+        if code in SUPERSEDING_CODES:
             return PreviewStatus.SUPERSEDED
         return PreviewStatus.NEEDS_ATTENTION if is_retryable_refusal(outcome, code) else PreviewStatus.FAILED
     if outcome == Outcome.FAILED_AFTER_CHECK:
@@ -202,7 +208,7 @@ def execution_transition(
 
     if event is None:
         event = TRANSITION_EVENTS.get(to, AuditEvent.EXECUTION_TRANSITION)
-        if to == Outcome.REFUSED_BEFORE_EFFECT and code == "subject_changed":
+        if to == Outcome.REFUSED_BEFORE_EFFECT and code in SUPERSEDING_CODES:
             event = AuditEvent.SUPERSEDED
     record_result = {
         "outcome_from": before, "outcome": to, "status": status, "attempt": execution.attempt,
@@ -286,6 +292,10 @@ def _checks_refusal(
             or approval.created_at > preview.expires_at
         ):
             return "approval_missing", f"The {role} approval is missing or does not match.", {}
+    if preview.agent_session_id is not None and AgentSession.objects.filter(
+        pk=preview.agent_session_id, revoked_at__isnull=False
+    ).exists():
+        return "agent_session_revoked", AGENT_SESSION_REVOKED_REASON, {}
     if action.subject_version(subject) != preview.subject_version:
         return "subject_changed", "The order or invoice changed after this preview was approved; ask for a new one.", {}
     if timezone.now() > execution.deadline:

@@ -328,9 +328,13 @@ def agent_session_create(
 
 
 def agent_sessions_revoke(
-    *, token_prefix: str | None = None, username: str | None = None, revoked_by: AbstractBaseUser | None = None
+    *,
+    session_id: int | None = None,
+    token_prefix: str | None = None,
+    username: str | None = None,
+    revoked_by: AbstractBaseUser | None = None,
 ) -> int:
-    """Revoke live agent sessions by token prefix or by user; each revocation is audited.
+    """Revoke live agent sessions by id, by token prefix or by user; each revocation is audited.
 
     What a revoked session proposed and is not being executed yet ends with it: its open previews are
     superseded (failure code `agent_session_revoked`), each audited, so that no one confirms, approves
@@ -339,7 +343,9 @@ def agent_sessions_revoke(
     # A plain FOR UPDATE (not NO KEY): it waits for proposals of these sessions still in flight (their
     # inserts hold a key-share lock on the session row), so their previews are found below.
     sessions = AgentSession.objects.select_for_update().filter(revoked_at__isnull=True)
-    if token_prefix:
+    if session_id is not None:
+        sessions = sessions.filter(pk=session_id)
+    elif token_prefix:
         sessions = sessions.filter(token_prefix__startswith=token_prefix[:16])
     elif username:
         sessions = sessions.filter(user__username=username)
@@ -375,10 +381,18 @@ def _agent_session_previews_supersede(session: AgentSession) -> list[Any]:
     the provider may already have been asked). Locks previews in primary-key order, like every path."""
     superseded = []
     candidates = Preview.objects.select_for_update().filter(agent_session=session, status__in=OPEN_STATUSES)
+    from .executions import Outcome, execution_transition  # the executor builds on this module
+
     for preview in candidates.order_by("pk"):
-        if preview.status == PreviewStatus.APPROVED and preview.execution_started_at is not None:
-            continue
         previous = preview.status
+        if preview.status == PreviewStatus.APPROVED:
+            execution = fetch_one(Execution, preview_id=preview.pk)
+            if execution is None or execution.outcome != Outcome.PENDING:
+                continue  # its execution began: the provider may already have been asked; it finishes
+            execution_transition(execution, preview, Outcome.REFUSED_BEFORE_EFFECT, token=None,
+                                 code="agent_session_revoked", detail=AGENT_SESSION_REVOKED_REASON)
+            superseded.append(preview.pk)
+            continue
         _mark(preview, PreviewStatus.SUPERSEDED, code="agent_session_revoked", reason=AGENT_SESSION_REVOKED_REASON)
         audit_record(
             event=AuditEvent.SUPERSEDED,

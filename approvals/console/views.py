@@ -278,6 +278,7 @@ def agent_session_revoke(request: HttpRequest, session_id: int) -> HttpResponse:
     if session is None:
         messages.info(request, "That agent session had already expired or been revoked.")
     else:
-        agent_sessions_revoke(token_prefix=session.token_prefix, revoked_by=request.user)
+        # By id: a 12-character prefix is not unique, and would revoke every session that shares it.
+        agent_sessions_revoke(session_id=session.pk, revoked_by=request.user)
         messages.success(request, f"Revoked the agent session {session.token_prefix}… of {session.user}.")
     return redirect("console:agent_sessions")

@@ -8,8 +8,9 @@ from django.test import Client
 from django.utils import timezone
 
 from approvals.errors import DecisionError
-from approvals.models import ApprovalRole, AuditRecord, Preview, PreviewStatus
-from approvals.services import agent_sessions_revoke, preview_approve, preview_execute
+from approvals.executions import _attempt_begin, preview_execute
+from approvals.models import AgentSession, ApprovalRole, AuditRecord, Preview, PreviewStatus
+from approvals.services import agent_sessions_revoke, preview_approve
 from tests.conftest import agent_client_for, assert_nothing_moved, events, propose
 from tests.factories import OrderFactory, StaffFactory
 
@@ -93,18 +94,33 @@ def test_an_approved_preview_not_yet_started_is_superseded_and_never_executed(al
     preview.refresh_from_db()
     assert preview.status == PreviewStatus.SUPERSEDED
     assert "executed" not in events(preview)
+    assert preview.execution.outcome == "refused_before_effect"
+    assert_nothing_moved(o12)
+
+
+def test_a_preview_proposed_as_the_session_was_revoked_is_refused_at_execution(alice, o12, alice_agent):
+    """The race: a proposal that got past authentication just before the revocation and was inserted
+    just after. The executor checks the session again before any effect."""
+    preview = _propose(alice_agent, o12)
+    preview_approve(preview_id=preview.pk, approver=alice, role=ApprovalRole.CUSTOMER, digest=preview.digest)
+    AgentSession.objects.filter(pk=preview.agent_session_id).update(revoked_at=timezone.now())
+
+    refused = preview_execute(preview_id=preview.pk)
+
+    assert (refused.status, refused.failure_code) == (PreviewStatus.SUPERSEDED, "agent_session_revoked")
     assert_nothing_moved(o12)
 
 
 def test_an_execution_already_started_is_left_to_finish(alice, o12, alice_agent):
     preview = _propose(alice_agent, o12)
     preview_approve(preview_id=preview.pk, approver=alice, role=ApprovalRole.CUSTOMER, digest=preview.digest)
-    Preview.objects.filter(pk=preview.pk).update(execution_started_at=timezone.now())
+    assert _attempt_begin(preview.pk, presented=None, worker="w") is not None  # checked, about to pay
 
     agent_sessions_revoke(token_prefix=alice_agent.token[:12])
 
     preview.refresh_from_db()
     assert preview.status == PreviewStatus.APPROVED  # the provider may have been asked: not withdrawn
+    assert preview.execution.outcome == "in_progress"
     assert AuditRecord.objects.get(event="agent_session_revoked").result["previews_superseded"] == []
 
 

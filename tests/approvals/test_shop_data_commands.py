@@ -9,6 +9,7 @@ from approvals.models import AgentSession, AuditRecord
 from approvals.services import agent_token_hash
 from invoices.models import Invoice, StandingApproval
 from refunds.models import Order
+from tests.conftest import agent_client_for
 
 SHOP = {
     "customers": [{"username": "alice", "email": "alice@example.test", "password": "alice-pass-1"}],
@@ -142,3 +143,31 @@ def test_seed_demo_loads_the_seed_documents_shop_and_mints_a_working_token(db, c
     token = out.getvalue().strip().splitlines()[-1]
     response = client.get("/api/agent/tools", headers={"Authorization": f"Bearer {token}"})
     assert [tool["name"] for tool in response.json()["tools"]] == ["refund_order", "send_invoice"]
+
+
+def test_seed_demo_runs_again_after_the_demo_was_used_and_mints_one_live_token(
+    db, django_capture_on_commit_callbacks
+):
+    """`make run` twice: the second seeding keeps the refund made in between (re-importing o-12 as
+    unrefunded would contradict the ledger) and mints a fresh token, revoking the previous one."""
+    from approvals.executions import preview_execute
+    from tests.approvals.test_preview_execute import approve_held, make_preview
+
+    first = StringIO()
+    call_command("seed_demo", "--operator", "ops", stdout=first)
+    alice = get_user_model().objects.get(username="alice")
+    preview = make_preview(agent_client_for(alice), order_id="o-12", amount_minor=500)
+    approve_held(preview, alice, django_capture_on_commit_callbacks)
+    preview_execute(preview_id=preview.pk)
+
+    second = StringIO()
+    call_command("seed_demo", "--operator", "ops", stdout=second)
+
+    assert "already loaded" in second.getvalue()
+    token = second.getvalue().strip().splitlines()[-1]
+    assert token.startswith("agt_") and token != first.getvalue().strip().splitlines()[-1]
+    assert Order.objects.get(number="o-12").refunded_minor == 500
+    live = AgentSession.objects.filter(user=alice, label="demo", revoked_at__isnull=True)
+    assert live.count() == 1
+    with pytest.raises(CommandError):
+        call_command("seed_demo", "--operator", "ops", "--reload", stdout=StringIO())  # the ledger says 500

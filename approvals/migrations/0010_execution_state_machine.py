@@ -46,14 +46,14 @@ def executions_for_approved_previews(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('approvals', '0008_audit_append_function'),
+        ('approvals', '0009_security_tallies_and_audit_events'),
     ]
 
     operations = [
         migrations.AlterField(
             model_name='auditrecord',
             name='event',
-            field=models.CharField(choices=[('agent_session_created', 'Agent Session Created'), ('proposal_invalid', 'Proposal Invalid'), ('proposal_forbidden', 'Proposal Forbidden'), ('proposal_refused', 'Proposal Refused'), ('proposed', 'Proposed'), ('proposal_repeated', 'Proposal Repeated'), ('confirmed', 'Confirmed'), ('declined', 'Declined'), ('approved', 'Approved'), ('rejected', 'Rejected'), ('decision_refused', 'Decision Refused'), ('execution_started', 'Execution Started'), ('executed', 'Executed'), ('execution_failed', 'Execution Failed'), ('superseded', 'Superseded'), ('expired', 'Expired'), ('execution_attempt_failed', 'Execution Attempt Failed'), ('retried', 'Retried'), ('execution_transition', 'Execution Transition'), ('execution_fenced_off', 'Execution Fenced Off'), ('agent_session_revoked', 'Agent Session Revoked')], max_length=32),
+            field=models.CharField(choices=[('agent_session_created', 'Agent Session Created'), ('proposal_invalid', 'Proposal Invalid'), ('proposal_forbidden', 'Proposal Forbidden'), ('proposal_refused', 'Proposal Refused'), ('proposed', 'Proposed'), ('proposal_repeated', 'Proposal Repeated'), ('confirmed', 'Confirmed'), ('declined', 'Declined'), ('approved', 'Approved'), ('rejected', 'Rejected'), ('decision_refused', 'Decision Refused'), ('execution_started', 'Execution Started'), ('executed', 'Executed'), ('execution_failed', 'Execution Failed'), ('superseded', 'Superseded'), ('expired', 'Expired'), ('execution_attempt_failed', 'Execution Attempt Failed'), ('retried', 'Retried'), ('execution_transition', 'Execution Transition'), ('execution_fenced_off', 'Execution Fenced Off'), ('agent_session_revoked', 'Agent Session Revoked'), ('call_throttled', 'Call Throttled'), ('shop_data_changed', 'Shop Data Changed'), ('standing_approval_granted', 'Standing Approval Granted'), ('standing_approval_used', 'Standing Approval Used'), ('standing_approval_refused', 'Standing Approval Refused')], max_length=32),
         ),
         migrations.AlterField(
             model_name='preview',
