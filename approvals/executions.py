@@ -246,9 +246,17 @@ def _fenced(
     return True
 
 
+@cache
+def _session_revoked_sql() -> tuple[str, list[Any]]:
+    """Whether the preview's agent session was revoked, read in the same statement as the preview."""
+    quote = connection.ops.quote_name
+    sessions, previews = quote(AgentSession._meta.db_table), quote(Preview._meta.db_table)
+    return (f"(SELECT s.revoked_at IS NOT NULL FROM {sessions} s WHERE s.id = {previews}.agent_session_id)", [])
+
+
 def _locked(preview_id: Any) -> tuple[Preview, Execution] | None:
     """Lock the preview, then its execution (the lock order: preview, execution, subject, audit)."""
-    preview = fetch_one(Preview, lock=True, id=preview_id)
+    preview = fetch_one(Preview, lock=True, extra={"agent_session_revoked": _session_revoked_sql()}, id=preview_id)
     if preview is None:
         return None
     # Every writer of an execution holds its preview's lock first, so a plain read is enough here.
@@ -292,9 +300,7 @@ def _checks_refusal(
             or approval.created_at > preview.expires_at
         ):
             return "approval_missing", f"The {role} approval is missing or does not match.", {}
-    if preview.agent_session_id is not None and AgentSession.objects.filter(
-        pk=preview.agent_session_id, revoked_at__isnull=False
-    ).exists():
+    if getattr(preview, "agent_session_revoked", False):
         return "agent_session_revoked", AGENT_SESSION_REVOKED_REASON, {}
     if action.subject_version(subject) != preview.subject_version:
         return "subject_changed", "The order or invoice changed after this preview was approved; ask for a new one.", {}
