@@ -23,6 +23,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from . import metrics
 from .audit_chain import GENESIS, audit_record_content, audit_record_fields, audit_record_hash, audit_record_text_parts
 from .digests import canonical_json, digest_of, sha256_hex
 from .errors import ApplicationError, DecisionError, ExecutionFailure, PolicyRefusal
@@ -362,6 +363,7 @@ def proposal_audit_rejected(
     error: dict[str, Any],
 ) -> None:
     """Audit a tool call that never reached the policy (malformed, unknown or forbidden tool)."""
+    metrics.proposal_rejected(tool_name, event=event, code=error.get("code", ""))
     audit_record(
         event=event,
         actor=agent_session.user,
@@ -436,6 +438,7 @@ def proposal_submit(
             raw_arguments=raw_arguments,
             result={"error": refusal.as_dict()},
         )
+        metrics.proposal_refused(action.name, refusal.code)
         return ProposalOutcome(kind="refused", refusal=refusal)
 
     proposal_key = digest_of(
@@ -474,6 +477,7 @@ def proposal_submit(
             raw_arguments=raw_arguments,
             result={"status": preview.status, "digest": preview.digest},
         )
+        metrics.proposal_created(preview)
         _apply_standing_grant(preview, action)
         return ProposalOutcome(kind="created", preview=preview)
     audit_record(
@@ -484,6 +488,7 @@ def proposal_submit(
         raw_arguments=raw_arguments,
         result={"status": existing.status},
     )
+    metrics.proposal_repeated(existing)
     return ProposalOutcome(kind="repeated", preview=existing)
 
 
@@ -504,6 +509,7 @@ def idempotent_call(
     key: str,
     fingerprint: str,
     run: Callable[[], tuple[int, dict[str, Any]]],
+    action: str = "",
 ) -> tuple[int, dict[str, Any]]:
     """Run `run` once per (session, key); replay its stored answer for the same request.
 
@@ -528,6 +534,7 @@ def idempotent_call(
             "use a new key for a new request.",
         )
     status = 200 if record.response_status == 201 else record.response_status
+    metrics.proposal_replayed(action, status)
     return status, record.response_body
 
 
@@ -640,6 +647,7 @@ def _approval_add(
                         "subject_version": preview.subject_version},
         result={"status": preview.status},
     )
+    metrics.decision(preview, role=role, decision=event)
     if preview.status == PreviewStatus.APPROVED:
         _enqueue_execution(preview)
 
@@ -691,6 +699,7 @@ def preview_approve(
                 actor=approver,
                 result={"error": error.as_dict(), "role": role},
             )
+            metrics.decision(preview, role=role, decision="refused", code=error.code)
     if error is not None:
         raise error
     return preview
@@ -715,6 +724,7 @@ def preview_decline(
                 _mark(preview, PreviewStatus.REJECTED, code="rejected", reason=note)
                 event = AuditEvent.REJECTED
             audit_record(event=event, preview=preview, actor=person, result={"note": note, "digest": digest})
+            metrics.decision(preview, role=role, decision=event)
         else:
             audit_record(
                 event=AuditEvent.DECISION_REFUSED,
@@ -722,6 +732,7 @@ def preview_decline(
                 actor=person,
                 result={"error": error.as_dict(), "role": role},
             )
+            metrics.decision(preview, role=role, decision="refused", code=error.code)
     if error is not None:
         raise error
     return preview
@@ -862,12 +873,14 @@ def _execution_begin(preview_id: Any) -> _Begun:
             _mark(preview, status, code=code, reason=reason)
             event = AuditEvent.SUPERSEDED if status == PreviewStatus.SUPERSEDED else AuditEvent.EXECUTION_FAILED
             audit_record(event=event, preview=preview, result={"code": code, "reason": reason})
+            metrics.execution_outcome(preview, "refused_before_effect", error_class=code)
             return _Begun(preview)
         try:
             action.revalidate(preview=preview, subject=subject)
         except PolicyRefusal as refusal:
             _mark(preview, PreviewStatus.FAILED, code=refusal.code, reason=refusal.message)
             audit_record(event=AuditEvent.EXECUTION_FAILED, preview=preview, result={"error": refusal.as_dict()})
+            metrics.execution_outcome(preview, "refused_before_effect", error_class=refusal.code)
             return _Begun(preview)
         preview.execution_started_at = timezone.now()
         update_fields_at_commit(preview, ["execution_started_at", "status_changed_at"])
@@ -907,12 +920,14 @@ def _execution_finish(
         preview.executed_at = timezone.now()
         # Nothing below reads the row again (the siblings' query leaves this preview out by its id).
         update_fields_at_commit(preview, ["status", "result", "executed_at", "status_changed_at"])
+        approvals = _approvals_of(preview) if approvals is None else approvals
+        metrics.execution_succeeded(preview, approvals)
         audit_record(
             event=AuditEvent.EXECUTED,
             preview=preview,
             approval_basis={
                 a.role: {"approver": a.approver_id, "digest": a.digest, "basis": a.basis}
-                for a in (_approvals_of(preview) if approvals is None else approvals)
+                for a in approvals
             },
             result=result,
         )
@@ -975,6 +990,7 @@ def preview_fail(*, preview_id: Any, code: str, reason: str, facts: dict[str, An
             preview=preview,
             result={"code": code, "reason": reason, **(facts or {})},
         )
+        metrics.execution_failed(preview, code=code)
         return preview
 
 
@@ -996,6 +1012,7 @@ def preview_execution_attempt_failed(*, preview_id: Any, attempt: int, error: st
         preview=preview,
         result={"attempt": attempt, "error": error[:500], "will_retry": will_retry},
     )
+    metrics.execution_attempt_failed(preview, error_class="transient", will_retry=will_retry)
 
 
 def _retry_refusal(preview: Preview) -> DecisionError | None:
@@ -1047,6 +1064,7 @@ def preview_retry(*, preview_id: Any, staff: AbstractBaseUser) -> Preview:
                 actor=staff,
                 result={"previous_failure": previous, "retry": retries + 1, "status": preview.status},
             )
+            metrics.execution_retried(preview, trigger="staff")
             _enqueue_execution(preview)
     if error is not None:
         raise error
