@@ -108,11 +108,11 @@ def readyz(request: HttpRequest) -> HttpResponse:
     if request.method not in READ_METHODS:
         return _not_allowed()
     checks = readiness()
-    down = [name for name, state in checks.items() if state != "ok"]
-    body = {"status": "unavailable" if down else "ready", "checks": checks}
-    if down:
-        body["down"] = down
-    return _uncached(JsonResponse(body, status=503 if down else 200))
+    ready = all(state == "ok" for state in checks.values())
+    body: dict[str, object] = {"status": "ready" if ready else "unavailable", "checks": checks}
+    if not ready:
+        body["down"] = [name for name, state in checks.items() if state == "down"]
+    return _uncached(JsonResponse(body, status=200 if ready else 503))
 
 
 # Metrics ------------------------------------------------------------------------------------------
