@@ -109,12 +109,13 @@ _SECRET_TEXT: list[tuple[re.Pattern[str], Any]] = [
     (re.compile(r"\bwhsec_[A-Za-z0-9+/=_-]+"), "whsec_" + REDACTED),
     (re.compile(r"\b(sk|rk|pk)_(live|test)_[A-Za-z0-9]+"), r"\1_\2_" + REDACTED),
     # Credentials in headers and URLs.
-    (re.compile(r"\b(Bearer|Basic|Token)\s+[A-Za-z0-9._~+/=-]+", re.IGNORECASE), r"\1 " + REDACTED),
+    (re.compile(r"\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+", re.IGNORECASE), r"\1 " + REDACTED),
     (re.compile(r"(\w+://[^:/@\s]+:)[^@\s]+@"), r"\1" + REDACTED + "@"),
     # key=value and "key": "value" pairs naming a secret.
     (
         re.compile(
-            r"""(?i)\b((?:pass(?:word|wd)?|secret|token|api_?key|authorization)["']?\s*[:=]\s*["']?)[^\s"'&,;}]+"""
+            r"""(?i)\b((?:pass(?:word|wd)?|secret|token|api_?key|authorization)["']?\s*[:=]\s*["']?)"""
+            r"""(?!\[redacted\]|bearer\b|basic\b)[^\s"'&,;}]+"""
         ),
         r"\1" + REDACTED,
     ),
