@@ -268,9 +268,10 @@ def _counted_statuses() -> list[str]:
 
 
 class PipelineCollector:
-    """Previews per action and state, and the age of the oldest one in each state, from one GROUP BY
-    over the previews not settled (an index range on (status, created_at), bounded by the work in
-    progress, not by history). Settled previews are counted by the counters above as they settle."""
+    """Previews per action and state, and how long the longest-waiting one has been in its state, from
+    one GROUP BY over the previews not settled (an index range on (status, created_at), so bounded by
+    the work in progress, not by history). Settled previews are counted by the counters above as they
+    settle; a count of all of history would grow with every refund ever made."""
 
     def collect(self) -> Iterator[Any]:
         statuses = _counted_statuses()
@@ -281,14 +282,15 @@ class PipelineCollector:
         )
         oldest = GaugeMetricFamily(
             "gateway_preview_oldest_age_seconds",
-            "Age (since it was proposed) of the oldest preview now in each state; 0 when there is none.",
+            "How long the preview longest in each state has been in it (since its status last changed, as the "
+            "sweeper counts); 0 when the state is empty.",
             labels=["action", "status"],
         )
         try:
             rows = list(
                 Preview.objects.filter(status__in=statuses)
                 .values_list("action", "status")
-                .annotate(n=Count("pk"), first=Min("created_at"))
+                .annotate(n=Count("pk"), first=Min("status_changed_at"))
                 .order_by()
             )
         except DatabaseError:

@@ -166,7 +166,9 @@ def test_the_oldest_preview_waiting_for_staff_is_measured(
                                   .json()["preview"]["id"])
     confirm(preview, alice, django_capture_on_commit_callbacks)
     with tampering():
-        Preview.objects.filter(pk=preview.pk).update(created_at=timezone.now() - timedelta(minutes=42))
+        # Proposed an hour ago, confirmed (so waiting for staff) 42 minutes ago.
+        Preview.objects.filter(pk=preview.pk).update(created_at=timezone.now() - timedelta(minutes=60),
+                                                     status_changed_at=timezone.now() - timedelta(minutes=42))
     parsed = samples(scrape(client))
     assert value(parsed, "gateway_previews", action=ACTION, status="awaiting_staff") == 1
     age = value(parsed, "gateway_preview_oldest_age_seconds", action=ACTION, status="awaiting_staff")
