@@ -69,11 +69,23 @@ http_request_duration = Histogram(
 )
 
 
+# The labelled children per (view, method, status), so that a request costs two updates and no label
+# lookups (prometheus_client's `labels()` validates and locks each time). Bounded: views are URL
+# pattern names, methods a fixed set, statuses three digits.
+_http_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+
+
 def http_request(view: str, method: str, status: int, seconds: float) -> None:
     """Called by approvals.middleware.OperationsMiddleware for every request."""
     method = method if method in HTTP_METHODS else "other"
-    http_requests.labels(view, method, str(status)).inc()
-    http_request_duration.labels(view, method).observe(seconds)
+    children = _http_children.get((view, method, status))
+    if children is None:
+        children = _http_children.setdefault(
+            (view, method, status),
+            (http_requests.labels(view, method, str(status)), http_request_duration.labels(view, method)),
+        )
+    children[0].inc()
+    children[1].observe(seconds)
 
 
 # Proposals and decisions ------------------------------------------------------------------------
@@ -92,52 +104,47 @@ decisions = Counter(
 )
 
 
-def _log(message: str, **fields: Any) -> None:
-    logger.info(message, extra={"event": message.replace(" ", "_"), **fields})
+def _log(message: str, level: int = logging.INFO, **fields: Any) -> None:
+    logger.log(level, message, extra={"event": message.replace(" ", "_"), **fields})
+
+
+def _proposal(action: str, outcome: str, code: str = "", **fields: Any) -> None:
+    proposals.labels(action, outcome, code).inc()
+    _log(f"proposal {outcome}", code=code or None, **fields)
 
 
 def proposal_created(preview: Preview) -> None:
     logs.bind_preview(preview)
-    _proposal_counted(preview.action, "created", "", preview.status)
+    _proposal(preview.action, "created", status=preview.status)
 
 
 def proposal_repeated(preview: Preview) -> None:
     logs.bind_preview(preview)
-    _proposal_counted(preview.action, "repeated", "", preview.status)
+    _proposal(preview.action, "repeated", status=preview.status)
 
 
 def proposal_replayed(action: str, http_status: int) -> None:
     logs.bind(action=action)
-    _proposal_counted(action, "replayed", "", str(http_status))
+    _proposal(action, "replayed", http_status=http_status)
 
 
 def proposal_refused(action: str, code: str) -> None:
     logs.bind(action=action)
-    _proposal_counted(action, "refused", code, "")
+    _proposal(action, "refused", code)
 
 
 def proposal_rejected(action: str, *, event: str, code: str) -> None:
     """A tool call refused before the policy (audit event proposal_invalid or proposal_forbidden).
     `action` is the tool name asked for, kept only when it is a registered action (bounded labels)."""
     action = action if registry.action(action) is not None else "unknown"
-    outcome = "forbidden" if event == "proposal_forbidden" else "invalid"
-    _proposal_counted(action, outcome, code, "")
-
-
-def _proposal_counted(action: str, outcome: str, code: str, status: str) -> None:
-    proposals.labels(action, outcome, code).inc()
-    _log(f"proposal {outcome}", action=action, code=code or None, status=status or None)
+    _proposal(action, "forbidden" if event == "proposal_forbidden" else "invalid", code, tool=action)
 
 
 def decision(preview: Preview, *, role: str, decision: str, code: str = "") -> None:
     """`decision`: confirmed, approved, declined, rejected or refused (with the DecisionError's code)."""
     logs.bind_preview(preview)
-    _decision_counted(preview.action, str(role), str(decision), code, preview.status)
-
-
-def _decision_counted(action: str, role: str, decision: str, code: str, status: str) -> None:
-    decisions.labels(action, role, decision, code).inc()
-    _log(f"preview {decision}", role=role, code=code or None, status=status)
+    decisions.labels(preview.action, str(role), str(decision), code).inc()
+    _log(f"preview {decision}", role=str(role), code=code or None, status=preview.status)
 
 
 # Execution --------------------------------------------------------------------------------------
@@ -175,9 +182,13 @@ def execution_outcome(
     """An execution reached `outcome` (a string of the execution outcome set). With `approved_at`
     (when the preview became approved), the confirm → executed latency is observed too."""
     logs.bind_preview(preview)
-    executed_at = timezone.now()
-    seconds = (executed_at - approved_at).total_seconds() if approved_at is not None else None
-    _execution_counted(preview.action, str(outcome), error_class, seconds)
+    executions.labels(preview.action, outcome, error_class).inc()
+    seconds = None
+    if approved_at is not None:
+        seconds = max((timezone.now() - approved_at).total_seconds(), 0.0)
+        confirm_to_executed.labels(preview.action).observe(seconds)
+    _log(f"execution {outcome}", logging.INFO if outcome == "succeeded" else logging.WARNING,
+         outcome=outcome, error_class=error_class or None, confirm_to_executed_seconds=seconds)
 
 
 def execution_succeeded(preview: Preview, approvals: Any) -> None:
@@ -188,43 +199,23 @@ def execution_succeeded(preview: Preview, approvals: Any) -> None:
 def execution_failed(preview: Preview, *, code: str) -> None:
     """An approved preview failed for good: after its retries ran out (`retries_exhausted`: whether the
     provider acted is unknown), or refused by the provider or the executor after the checks."""
-    outcome = "effect_unknown" if code == "retries_exhausted" else "failed_after_check"
-    execution_outcome(preview, outcome, error_class=code)
-
-
-def _execution_counted(action: str, outcome: str, error_class: str, seconds: float | None) -> None:
-    executions.labels(action, outcome, error_class).inc()
-    if seconds is not None:
-        confirm_to_executed.labels(action).observe(max(seconds, 0.0))
-    level = logging.INFO if outcome == "succeeded" else logging.WARNING
-    logger.log(level, f"execution {outcome}", extra={
-        "event": f"execution_{outcome}", "outcome": outcome, "error_class": error_class or None,
-        "confirm_to_executed_seconds": seconds,
-    })
+    execution_outcome(preview, "effect_unknown" if code == "retries_exhausted" else "failed_after_check",
+                      error_class=code)
 
 
 def execution_attempt_failed(preview: Preview, *, error_class: str, will_retry: bool) -> None:
+    """One attempt failed transiently; with `will_retry` the worker tries again (counted as a retry)."""
     logs.bind_preview(preview)
-    _attempt_counted(preview.action, error_class, will_retry)
-
-
-def _attempt_counted(action: str, error_class: str, will_retry: bool) -> None:
-    execution_attempt_failures.labels(action, error_class, "true" if will_retry else "false").inc()
+    execution_attempt_failures.labels(preview.action, error_class, "true" if will_retry else "false").inc()
     if will_retry:
-        execution_retries.labels(action, "automatic").inc()
-    logger.warning("execution attempt failed", extra={
-        "event": "execution_attempt_failed", "error_class": error_class, "will_retry": will_retry,
-    })
+        execution_retries.labels(preview.action, "automatic").inc()
+    _log("execution attempt failed", logging.WARNING, error_class=error_class, will_retry=will_retry)
 
 
 def execution_retried(preview: Preview, *, trigger: str) -> None:
     """A person ran a failed execution again (`trigger="staff"`)."""
     logs.bind_preview(preview)
-    _retry_counted(preview.action, trigger)
-
-
-def _retry_counted(action: str, trigger: str) -> None:
-    execution_retries.labels(action, trigger).inc()
+    execution_retries.labels(preview.action, trigger).inc()
     _log("execution retried", trigger=trigger)
 
 
