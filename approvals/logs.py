@@ -69,6 +69,12 @@ class ContextFilter(logging.Filter):
         for name, value in _context.get().items():
             if getattr(record, name, None) in (None, ""):
                 setattr(record, name, value)
+        # django.request logs a 4xx or 5xx after the middleware returned (the context is gone by then),
+        # with the request on the record.
+        if getattr(record, "request_id", None) is None and hasattr(record, "request"):
+            request_id = getattr(record.request, "request_id", None)
+            if request_id:
+                record.request_id = request_id
         return True
 
 

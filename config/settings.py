@@ -246,6 +246,9 @@ LOGGING = {
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["context"], "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+    # Django's own loggers go through the handler above only (its default adds a plain console handler
+    # with DEBUG on, which would print each of their lines twice, once not as JSON).
+    "loggers": {"django": {"handlers": [], "level": env.str("LOG_LEVEL", default="INFO"), "propagate": True}},
 }
 
 # GET /metrics answers only `Authorization: Bearer <METRICS_TOKEN>`; unset, the endpoint is off (404).

@@ -168,6 +168,14 @@ def test_a_published_task_carries_the_context_and_the_worker_binds_it():
     unbind_log_context(task=task)
 
 
+def test_djangos_own_line_about_a_refused_request_carries_its_request_id(json_lines, alice_agent):
+    response = propose(alice_agent, headers={"X-Request-ID": "req-422"}, order_id="nope", amount_minor=1,
+                       reason="damaged")
+    assert response.status_code == 422
+    (line,) = [line for line in json_lines() if line["logger"] == "django.request"]
+    assert line["message"] == "Unprocessable Entity: /api/agent/tool-calls" and line["request_id"] == "req-422"
+
+
 def test_an_unauthenticated_call_with_a_token_logs_no_token(json_lines, db):
     UserFactory(username="mallory")
     OrderFactory(number="o-1")
