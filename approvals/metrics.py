@@ -137,7 +137,7 @@ def proposal_rejected(action: str, *, event: str, code: str) -> None:
     """A tool call refused before the policy (audit event proposal_invalid or proposal_forbidden).
     `action` is the tool name asked for, kept only when it is a registered action (bounded labels)."""
     action = action if registry.action(action) is not None else "unknown"
-    _proposal(action, "forbidden" if event == "proposal_forbidden" else "invalid", code, tool=action)
+    _proposal(action, "forbidden" if event == "proposal_forbidden" else "invalid", code)
 
 
 def decision(preview: Preview, *, role: str, decision: str, code: str = "") -> None:
