@@ -38,6 +38,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
+from . import metrics
 from .errors import (
     ApplicationError,
     DecisionError,
@@ -206,6 +207,8 @@ def execution_transition(
         fields += ["result", "executed_at"]
     update_fields_at_commit(preview, fields)
 
+    if to not in (Outcome.PENDING, Outcome.IN_PROGRESS, Outcome.SUCCEEDED):
+        metrics.execution_outcome(preview, to, error_class=code)
     if event is None:
         event = TRANSITION_EVENTS.get(to, AuditEvent.EXECUTION_TRANSITION)
         if to == Outcome.REFUSED_BEFORE_EFFECT and code in SUPERSEDING_CODES:
@@ -447,6 +450,7 @@ def _attempt_finish(attempt: _Attempt, effect: dict[str, Any] | None) -> Preview
                 a.role: {"approver": a.approver_id, "digest": a.digest, "basis": a.basis} for a in approvals
             },
         )
+        metrics.execution_succeeded(preview, approvals)
         _supersede_siblings(preview, action, subject)
         return preview
 
@@ -538,6 +542,9 @@ def execution_attempt_failed(
         if _fenced(execution, preview, token, "attempt_failed", detail=str(error)):
             return
         execution.effect_possible = error.effect_possible
+        metrics.execution_attempt_failed(
+            preview, error_class="effect_possible" if error.effect_possible else "no_effect", will_retry=will_retry
+        )
         facts = {"attempt": execution.attempt, "fencing_token": token, "error": str(error)[:500],
                  "will_retry": will_retry, "effect_possible": error.effect_possible}
         if will_retry:
@@ -648,6 +655,7 @@ def execution_retry(*, preview_id: Any, staff: AbstractBaseUser, nothing_happene
                 result={"error": error.as_dict(), "operation": "retry"},
             )
         else:
+            metrics.execution_retried(preview, trigger="staff")
             facts = {"previous": {"outcome": execution.outcome, "code": execution.code, "reason": execution.detail},
                      "nothing_happened": nothing_happened}
             if execution.outcome == Outcome.REFUSED_BEFORE_EFFECT or nothing_happened:

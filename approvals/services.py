@@ -24,6 +24,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from . import metrics
 from .audit_chain import GENESIS, audit_record_content, audit_record_fields, audit_record_hash, audit_record_text_parts
 from .digests import canonical_json, digest_of, sha256_hex
 from .errors import ApplicationError, DecisionError, PolicyRefusal
@@ -426,6 +427,7 @@ def proposal_audit_rejected(
     error: dict[str, Any],
 ) -> None:
     """Audit a tool call that never reached the policy (malformed, unknown or forbidden tool)."""
+    metrics.proposal_rejected(tool_name, event=event, code=error.get("code", ""))
     audit_record(
         event=event,
         actor=agent_session.user,
@@ -500,6 +502,7 @@ def proposal_submit(
             raw_arguments=raw_arguments,
             result={"error": refusal.as_dict()},
         )
+        metrics.proposal_refused(action.name, refusal.code)
         return ProposalOutcome(kind="refused", refusal=refusal)
 
     proposal_key = digest_of(
@@ -538,6 +541,7 @@ def proposal_submit(
             raw_arguments=raw_arguments,
             result={"status": preview.status, "digest": preview.digest},
         )
+        metrics.proposal_created(preview)
         _apply_standing_grant(preview, action)
         return ProposalOutcome(kind="created", preview=preview)
     audit_record(
@@ -548,6 +552,7 @@ def proposal_submit(
         raw_arguments=raw_arguments,
         result={"status": existing.status},
     )
+    metrics.proposal_repeated(existing)
     return ProposalOutcome(kind="repeated", preview=existing)
 
 
@@ -568,6 +573,7 @@ def idempotent_call(
     key: str,
     fingerprint: str,
     run: Callable[[], tuple[int, dict[str, Any]]],
+    action: str = "",
 ) -> tuple[int, dict[str, Any]]:
     """Run `run` once per (session, key); replay its stored answer for the same request.
 
@@ -592,6 +598,7 @@ def idempotent_call(
             "use a new key for a new request.",
         )
     status = 200 if record.response_status == 201 else record.response_status
+    metrics.proposal_replayed(action, status)
     return status, record.response_body
 
 
@@ -698,6 +705,7 @@ def _approval_add(
                         "subject_version": preview.subject_version},
         result={"status": preview.status},
     )
+    metrics.decision(preview, role=role, decision=event)
     if preview.status == PreviewStatus.APPROVED:
         _execution_open(preview)
         _enqueue_execution(preview)
@@ -756,6 +764,7 @@ def preview_approve(
                 actor=approver,
                 result={"error": error.as_dict(), "role": role},
             )
+            metrics.decision(preview, role=role, decision="refused", code=error.code)
     if error is not None:
         raise error
     return preview
@@ -780,6 +789,7 @@ def preview_decline(
                 _mark(preview, PreviewStatus.REJECTED, code="rejected", reason=note)
                 event = AuditEvent.REJECTED
             audit_record(event=event, preview=preview, actor=person, result={"note": note, "digest": digest})
+            metrics.decision(preview, role=role, decision=event)
         else:
             audit_record(
                 event=AuditEvent.DECISION_REFUSED,
@@ -787,6 +797,7 @@ def preview_decline(
                 actor=person,
                 result={"error": error.as_dict(), "role": role},
             )
+            metrics.decision(preview, role=role, decision="refused", code=error.code)
     if error is not None:
         raise error
     return preview

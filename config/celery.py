@@ -1,13 +1,27 @@
+import logging
+import logging.config
 import os
 
 from celery import Celery
-from celery.signals import task_postrun, task_prerun
+from celery.signals import (
+    before_task_publish,
+    setup_logging,
+    task_postrun,
+    task_prerun,
+    worker_init,
+    worker_process_shutdown,
+)
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("config")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+# The message header that carries the publisher's log context (request id, preview, agent session, action).
+LOG_CONTEXT_HEADER = "log_context"
+# Tasks whose first argument is a preview id.
+PREVIEW_TASKS = frozenset({"approvals.execute_preview"})
 
 
 @task_prerun.connect
@@ -21,3 +35,77 @@ def close_old_connections(task=None, **kwargs) -> None:  # type: ignore[no-untyp
     from django.db import close_old_connections as django_close_old_connections
 
     django_close_old_connections()
+
+
+@setup_logging.connect
+def configure_logging(loglevel=None, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    """The worker and beat log as the web does (settings.LOGGING: LOG_FORMAT, the context, the
+    scrubbing) instead of Celery's own format; `--loglevel` still sets the level."""
+    from django.conf import settings
+
+    logging.config.dictConfig(settings.LOGGING)
+    if loglevel:
+        logging.getLogger().setLevel(loglevel)
+
+
+@before_task_publish.connect
+def send_log_context(headers=None, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    from approvals import logs
+
+    context = logs.current()
+    if headers is not None and context:
+        headers[LOG_CONTEXT_HEADER] = dict(context)
+
+
+@task_prerun.connect
+def bind_log_context(task=None, args=None, kwargs=None, **extra) -> None:  # type: ignore[no-untyped-def]
+    """The publisher's context (its request id), else the task's id as the request id; and the
+    preview of a preview task. An eager task runs in its caller's context and adds to it."""
+    from approvals import logs
+
+    request = task.request
+    if getattr(request, "is_eager", False):
+        context = dict(logs.current())
+    else:
+        context = getattr(request, LOG_CONTEXT_HEADER, None) or {}
+        context = dict(context) if isinstance(context, dict) else {}
+        context.setdefault("request_id", request.id or "")
+    if task.name in PREVIEW_TASKS:
+        preview_id = (kwargs or {}).get("preview_id") or (args[0] if args else None)
+        if preview_id and context.get("preview_id") != str(preview_id):
+            # Another preview's context (a sweeper dispatching many): keep only the request id.
+            context = {"request_id": context.get("request_id", ""), "preview_id": str(preview_id)}
+    request._log_context_token = logs.replace(context)
+
+
+@task_postrun.connect
+def unbind_log_context(task=None, **extra) -> None:  # type: ignore[no-untyped-def]
+    from approvals import logs
+
+    token = getattr(task.request, "_log_context_token", None)
+    if token is not None:
+        logs.reset(token)
+
+
+@worker_init.connect
+def start_metrics_exporter(**kwargs) -> None:  # type: ignore[no-untyped-def]
+    """With CELERY_METRICS_PORT (and METRICS_TOKEN) set, the worker's main process serves /metrics:
+    the counters of all its pool processes, added up from PROMETHEUS_MULTIPROC_DIR."""
+    from django.conf import settings
+
+    if not settings.CELERY_METRICS_PORT:
+        return
+    if not settings.METRICS_TOKEN:
+        logging.getLogger(__name__).warning("CELERY_METRICS_PORT is set but METRICS_TOKEN is not: no exporter")
+        return
+    from approvals.metrics import start_exporter
+
+    start_exporter(settings.CELERY_METRICS_ADDR, settings.CELERY_METRICS_PORT)
+
+
+@worker_process_shutdown.connect
+def mark_metrics_process_dead(pid=None, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid or os.getpid())

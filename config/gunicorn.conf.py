@@ -45,12 +45,26 @@ def when_ready(server):  # type: ignore[no-untyped-def]
     (about 22 ms, landing on whichever request triggers it) and touch every shared page."""
     gc.freeze()
 
+
+def child_exit(server, worker):  # type: ignore[no-untyped-def]
+    """Prometheus multiprocess mode (PROMETHEUS_MULTIPROC_DIR, docs/operations.md): a worker that exited
+    keeps its counters in the directory, but its live gauges must stop counting."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)
+
+
 # Request lines and bodies are bounded by Django (DATA_UPLOAD_MAX_MEMORY_SIZE) and by these.
 limit_request_line = 4094
 limit_request_fields = 100
 
-# Logs to stdout/stderr for the process supervisor; the access log is off unless asked for.
+# Logs to stdout/stderr for the process supervisor; the access log is off unless asked for. Its lines
+# carry the request id the application echoes (X-Request-ID), to join them with the application's logs.
 accesslog = os.environ.get("GUNICORN_ACCESSLOG") or None
+access_log_format = os.environ.get(
+    "GUNICORN_ACCESS_LOG_FORMAT", '%(h)s "%(r)s" %(s)s %(b)s %(M)sms request_id=%({x-request-id}o)s'
+)
 errorlog = "-"
 loglevel = os.environ.get("GUNICORN_LOGLEVEL", "info")
 # Behind a proxy: trust X-Forwarded-* from these addresses only.

@@ -44,6 +44,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: the request id, request metrics, and /healthz, /readyz, /metrics before any host check.
+    "approvals.middleware.OperationsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -261,12 +263,41 @@ if HTTPS:
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
 
+# Logs: `text` (readable, the default, as `make run` prints) or `json` (one object per line, for
+# production). Either way each line carries the request, preview, agent session and action it belongs
+# to, where known, and secrets are scrubbed (approvals/logs.py).
+LOG_FORMAT = env.str("LOG_FORMAT", default="text")
+if LOG_FORMAT not in ("text", "json"):
+    raise ImproperlyConfigured(f"LOG_FORMAT must be 'text' or 'json', not {LOG_FORMAT!r}")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"context": {"()": "approvals.logs.ContextFilter"}},
+    "formatters": {
+        "text": {"()": "approvals.logs.TextFormatter"},
+        "json": {"()": "approvals.logs.JsonFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["context"], "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+    # Django's own loggers go through the handler above only (its default adds a plain console handler
+    # with DEBUG on, which would print each of their lines twice, once not as JSON).
+    "loggers": {"django": {"handlers": [], "level": env.str("LOG_LEVEL", default="INFO"), "propagate": True}},
 }
+
+# GET /metrics answers only `Authorization: Bearer <METRICS_TOKEN>`; unset, the endpoint is off (404).
+METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
+# A Celery worker serves its own /metrics (same token) on this port when set (docs/operations.md).
+CELERY_METRICS_PORT = env.int("CELERY_METRICS_PORT", default=0)
+CELERY_METRICS_ADDR = env.str("CELERY_METRICS_ADDR", default="127.0.0.1")
+
+# Error reporting to Sentry, only when SENTRY_DSN is set; scrubbed like the logs (config/sentry.py).
+SENTRY_DSN = env.str("SENTRY_DSN", default="")
+SENTRY_ENVIRONMENT = env.str("SENTRY_ENVIRONMENT", default="production")
+SENTRY_TRACES_SAMPLE_RATE = env.float("SENTRY_TRACES_SAMPLE_RATE", default=0.0)
+if SENTRY_DSN:
+    from config.sentry import sentry_init
+
+    sentry_init(dsn=SENTRY_DSN, environment=SENTRY_ENVIRONMENT, traces_sample_rate=SENTRY_TRACES_SAMPLE_RATE)
 
 # An approved preview whose execution no worker took after this long is published again by the sweeper.
 EXECUTION_STALL_SECONDS = env.int("EXECUTION_STALL_SECONDS", default=60)

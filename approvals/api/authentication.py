@@ -3,6 +3,7 @@ import hmac
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
+from .. import logs
 from ..models import AgentSession
 from ..services import agent_token_hash
 
@@ -36,6 +37,7 @@ class AgentTokenAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed("This agent session expired.")
         if not session.user.is_active:
             raise exceptions.AuthenticationFailed("Invalid token.")
+        logs.bind(agent_session=session.pk)
         return session.user, session
 
     def authenticate_header(self, request):  # type: ignore[no-untyped-def]

@@ -268,7 +268,9 @@ class ToolCallView(AgentAPIView):
                           "The Idempotency-Key header must be 1 to 255 visible ASCII characters.")
         fingerprint = digest_of({"name": tool_name, "arguments": arguments, "call_id": call_id})
         try:
-            http_status, body = idempotent_call(agent_session=session, key=key, fingerprint=fingerprint, run=propose)
+            http_status, body = idempotent_call(
+                agent_session=session, key=key, fingerprint=fingerprint, run=propose, action=tool_name
+            )
         except IdempotencyConflict as conflict:
             return reject(409, AuditEvent.PROPOSAL_INVALID, conflict.code, conflict.message)
         return Response(body, status=http_status)

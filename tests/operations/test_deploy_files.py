@@ -1,0 +1,56 @@
+"""The production run files: the alert rules pass promtool, and every unit and Procfile line runs the
+commands the README documents."""
+
+import configparser
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PROMETHEUS = ROOT / "deploy" / "prometheus"
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed (Debian: prometheus)")
+def test_the_alert_rules_pass_promtool_and_their_unit_tests():
+    check = subprocess.run(["promtool", "check", "rules", "alerts.yml"], cwd=PROMETHEUS, capture_output=True,
+                           text=True, timeout=60)
+    assert check.returncode == 0, check.stdout + check.stderr
+    unit = subprocess.run(["promtool", "test", "rules", "alerts_test.yml"], cwd=PROMETHEUS, capture_output=True,
+                          text=True, timeout=60)
+    assert unit.returncode == 0, unit.stdout + unit.stderr
+
+
+def unit(name: str) -> configparser.ConfigParser:
+    # strict=False: systemd repeats keys (Environment=); the parser keeps the last, checked as text below.
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    parser.optionxform = str
+    parser.read(ROOT / "deploy" / "systemd" / name)
+    return parser
+
+
+def test_the_systemd_units_run_the_documented_commands_and_stop_gracefully():
+    web, worker, beat = unit("gateway-web.service"), unit("gateway-worker.service"), unit("gateway-beat.service")
+    assert web["Service"]["ExecStart"].endswith("gunicorn -c config/gunicorn.conf.py config.wsgi:application")
+    assert "celery -A config worker" in worker["Service"]["ExecStart"]
+    assert "celery -A config beat" in beat["Service"]["ExecStart"]
+    for service in (web, worker, beat):
+        assert service["Service"]["KillSignal"] == "SIGTERM"
+        assert service["Service"]["EnvironmentFile"] == "/etc/approval-gateway/env"
+    # Longer than a task may run (CELERY_TASK_TIME_LIMIT), so that a warm shutdown lets it finish.
+    assert int(worker["Service"]["TimeoutStopSec"]) > 300
+    # Each multiprocess metrics directory is the unit's own runtime directory, fresh at every start.
+    for name in ("web", "worker"):
+        text = (ROOT / "deploy" / "systemd" / f"gateway-{name}.service").read_text()
+        assert f"\nEnvironment=PROMETHEUS_MULTIPROC_DIR=/run/approval-gateway-{name}\n" in text
+        assert f"\nRuntimeDirectory=approval-gateway-{name}\n" in text
+
+
+def test_the_procfile_names_web_worker_and_beat():
+    lines = dict(line.split(": ", 1) for line in (ROOT / "Procfile").read_text().splitlines()
+                 if line and not line.startswith("#"))
+    assert set(lines) == {"release", "web", "worker", "beat"}
+    assert "gunicorn -c config/gunicorn.conf.py config.wsgi:application" in lines["web"]
+    assert "celery -A config worker" in lines["worker"] and "celery -A config beat" in lines["beat"]
+    assert "approval-gateway-metrics-web" in lines["web"] and "approval-gateway-metrics-worker" in lines["worker"]
