@@ -68,6 +68,7 @@ from .services import (
     audit_record,
     update_fields_at_commit,
 )
+from .transitions import preview_transitioned
 
 logger = logging.getLogger(__name__)
 
@@ -198,6 +199,7 @@ def execution_transition(
     update_fields_at_commit(execution, EXECUTION_FIELDS)
 
     status = preview_status_for(to, code)
+    previous_status = preview.status
     preview.status = status
     preview.failure_code = code if status not in (PreviewStatus.APPROVED, PreviewStatus.EXECUTED) else ""
     preview.failure_reason = detail if preview.failure_code else ""
@@ -206,6 +208,7 @@ def execution_transition(
         preview.result, preview.executed_at = result, now
         fields += ["result", "executed_at"]
     update_fields_at_commit(preview, fields)
+    preview_transitioned(preview, previous_status)
 
     if to not in (Outcome.PENDING, Outcome.IN_PROGRESS, Outcome.SUCCEEDED):
         metrics.execution_outcome(preview, to, error_class=code)
@@ -717,9 +720,11 @@ def _supersede_siblings(preview: Preview, action: Action, subject: Any) -> None:
             execution_transition(execution, sibling, Outcome.REFUSED_BEFORE_EFFECT, token=None,
                                  code="subject_changed", detail=reason, facts={"by_preview": str(preview.pk)})
             continue
+        previous_status = sibling.status
         sibling.status, sibling.failure_code = PreviewStatus.SUPERSEDED, "subject_changed"
         sibling.failure_reason = reason
         update_fields(sibling, ["status", "failure_code", "failure_reason", "status_changed_at"])
+        preview_transitioned(sibling, previous_status)
         audit_record(event=AuditEvent.SUPERSEDED, preview=sibling, result={"by_preview": str(preview.pk)})
 
 

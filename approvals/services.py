@@ -52,6 +52,7 @@ from .rows import (
     update_fields,
     update_statement,
 )
+from .transitions import preview_transitioned
 
 logger = logging.getLogger(__name__)
 
@@ -542,6 +543,7 @@ def proposal_submit(
             result={"status": preview.status, "digest": preview.digest},
         )
         metrics.proposal_created(preview)
+        preview_transitioned(preview, "")
         _apply_standing_grant(preview, action)
         return ProposalOutcome(kind="created", preview=preview)
     audit_record(
@@ -613,10 +615,12 @@ def _status_awaiting(required: list[str], approved_roles: set[str]) -> PreviewSt
 
 
 def _mark(preview: Preview, status: PreviewStatus, *, code: str = "", reason: str = "") -> None:
+    previous = preview.status
     preview.status = status
     preview.failure_code = code
     preview.failure_reason = reason
     update_fields(preview, ["status", "failure_code", "failure_reason", "status_changed_at"])
+    preview_transitioned(preview, previous)
 
 
 def preview_expire_if_due(preview: Preview, *, now: Any = None) -> bool:
@@ -695,8 +699,10 @@ def _approval_add(
     approved_roles = {role}
     if any(required != role for required in preview.required_approvals):
         approved_roles.update(preview.approvals.values_list("role", flat=True))
+    previous = preview.status
     preview.status = _status_awaiting(preview.required_approvals, approved_roles)
     update_fields(preview, ["status", "status_changed_at"])
+    preview_transitioned(preview, previous)
     audit_record(
         event=event,
         preview=preview,

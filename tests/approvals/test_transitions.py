@@ -1,0 +1,44 @@
+"""Every preview status change reaches the transition listeners once its transaction commits."""
+
+import pytest
+
+from approvals import transitions
+from approvals.executions import preview_execute
+from approvals.models import ApprovalRole
+from approvals.services import preview_approve, preview_decline
+from tests.approvals.test_preview_execute import make_preview
+
+
+@pytest.fixture
+def heard(monkeypatch):
+    seen = []
+    monkeypatch.setattr(transitions, "_listeners", [lambda pid, old, new: seen.append((pid, old, new))])
+    return seen
+
+
+def test_a_refund_is_heard_from_proposal_to_execution(
+    alice, o12, alice_agent, heard, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        preview = make_preview(alice_agent)
+        preview_approve(preview_id=preview.pk, approver=alice, role=ApprovalRole.CUSTOMER, digest=preview.digest)
+        preview_execute(preview_id=preview.pk)
+    pid = str(preview.pk)
+    assert heard == [
+        (pid, "", "awaiting_customer"),
+        (pid, "awaiting_customer", "approved"),
+        (pid, "approved", "executed"),
+    ]
+
+
+def test_a_decline_is_heard_only_once_its_transaction_committed(
+    alice, o12, alice_agent, heard, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        preview = make_preview(alice_agent)
+    with django_capture_on_commit_callbacks(execute=False) as pending:
+        preview_decline(preview_id=preview.pk, person=alice, role=ApprovalRole.CUSTOMER, digest=preview.digest)
+    assert heard == [(str(preview.pk), "", "awaiting_customer")]  # not before the commit
+    for callback in pending:
+        callback()
+    assert heard[-1] == (str(preview.pk), "awaiting_customer", "declined")
