@@ -419,7 +419,47 @@ def _attempt_recheck(attempt: _Attempt) -> bool:
 
 
 def _attempt_finish(attempt: _Attempt, effect: dict[str, Any] | None) -> Preview:
-    """Step 3: record the effect and end the execution succeeded (or effect_unrecorded)."""
+    """Step 3: record the effect and end the execution succeeded.
+
+    The recording runs in this step's transaction, with no savepoint of its own: should it fail (a
+    constraint, here or at the COMMIT), the whole step rolls back and `_effect_unrecorded` keeps the
+    effect on the execution in a transaction of its own, so that a made effect is never lost.
+    """
+    made: dict[str, Any] | None = effect
+    try:
+        with _audited_transaction():
+            locked = _locked(attempt.preview.pk)
+            if locked is None:
+                raise Preview.DoesNotExist(f"No preview {attempt.preview.pk}")
+            preview, execution = locked
+            if _fenced(execution, preview, attempt.token, "record", effect=effect):
+                return preview
+            action = attempt.action
+            if made is None:
+                # An effect that is not idempotent is made here, under the preview's lock (one run at a time).
+                made = action.perform(preview=preview)
+            subject = action.lock_subject(preview)
+            if subject is None:
+                raise ExecutionFailure("The order or invoice disappeared during execution.", code="subject_unavailable")
+            result = action.record(preview=preview, subject=subject, effect=made)
+            approvals = attempt.approvals if attempt.approvals is not None else _approvals_of(preview)
+            execution_transition(
+                execution, preview, Outcome.SUCCEEDED, token=attempt.token, effect=made, result=result,
+                approval_basis={
+                    a.role: {"approver": a.approver_id, "digest": a.digest, "basis": a.basis} for a in approvals
+                },
+            )
+            _supersede_siblings(preview, action, subject)
+    except (DatabaseError, ApplicationError) as error:
+        if made is None:
+            raise  # nothing was made (a non-idempotent effect refused): the caller ends the attempt
+        return _effect_unrecorded(attempt, made, error)
+    metrics.execution_succeeded(preview, approvals)
+    return preview
+
+
+def _effect_unrecorded(attempt: _Attempt, effect: dict[str, Any], error: Exception) -> Preview:
+    logger.error("Preview %s: the effect was made but could not be recorded: %s", attempt.preview.pk, error)
     with _audited_transaction():
         locked = _locked(attempt.preview.pk)
         if locked is None:
@@ -427,34 +467,10 @@ def _attempt_finish(attempt: _Attempt, effect: dict[str, Any] | None) -> Preview
         preview, execution = locked
         if _fenced(execution, preview, attempt.token, "record", effect=effect):
             return preview
-        action = attempt.action
-        if effect is None:
-            # An effect that is not idempotent is made here, under the preview's lock (one run at a time).
-            effect = action.perform(preview=preview)
-        subject = action.lock_subject(preview)
-        try:
-            with transaction.atomic():
-                if subject is None:
-                    raise ExecutionFailure("The order or invoice disappeared during execution.",
-                                           code="subject_unavailable")
-                result = action.record(preview=preview, subject=subject, effect=effect)
-        except (DatabaseError, ApplicationError) as error:
-            logger.error("Preview %s: the effect was made but could not be recorded: %s", preview.pk, error)
-            execution_transition(
-                execution, preview, Outcome.EFFECT_UNRECORDED, token=attempt.token, effect=effect,
-                code="record_failed",
-                detail=f"The effect was made ({effect_reference(effect)}) but could not be recorded: {error}",
-            )
-            return preview
-        approvals = attempt.approvals if attempt.approvals is not None else _approvals_of(preview)
         execution_transition(
-            execution, preview, Outcome.SUCCEEDED, token=attempt.token, effect=effect, result=result,
-            approval_basis={
-                a.role: {"approver": a.approver_id, "digest": a.digest, "basis": a.basis} for a in approvals
-            },
+            execution, preview, Outcome.EFFECT_UNRECORDED, token=attempt.token, effect=effect, code="record_failed",
+            detail=f"The effect was made ({effect_reference(effect)}) but could not be recorded: {error}",
         )
-        metrics.execution_succeeded(preview, approvals)
-        _supersede_siblings(preview, action, subject)
         return preview
 
 
