@@ -160,7 +160,7 @@ def _refund_object_apply(obj: dict[str, Any]) -> tuple[EventOutcome, Refund | No
         from .tasks import refund_status_notify
 
         refund_pk = refund.pk
-        transaction.on_commit(lambda: refund_status_notify.delay(refund_pk))
+        transaction.on_commit(lambda: refund_status_notify.delay(refund_pk), robust=True)
     preview_effect_changed(refund.preview)
     return EventOutcome(f"refund_{status}", facts), refund
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import date, datetime, time, timedelta
+from datetime import date, datetime, time
 from typing import Any
 
 from django.db import transaction
@@ -42,8 +42,6 @@ from .models import DEAD_REFUND_STATUSES, Drift, DriftKind, Order, Refund
 logger = logging.getLogger(__name__)
 
 ACTION = "refund_order"
-# The beat looks at orders with activity in this window (the command takes --since for any other).
-BEAT_WINDOW = timedelta(days=90)
 DRIFT_FOUND = "drift_found"
 DRIFT_CLEARED = "drift_cleared"
 DRIFT_ACKNOWLEDGED = "drift_acknowledged"

@@ -163,7 +163,7 @@ def test_every_page_of_the_providers_refunds_is_read(o12, intent, fake_stripe):
     assert found == set(made)
     gets = [r for r in fake_stripe.requests if r.method == "GET"]
     assert len(gets) == 3  # 2 + 2 + 1
-    assert gets[1].params["starting_after"] == made[-3]
+    assert gets[1].params["starting_after"] == made[-2]
 
 
 def test_acknowledging_in_the_console_is_audited_and_ends_the_non_zero_exit(o12, intent, fake_stripe, client, sam):
