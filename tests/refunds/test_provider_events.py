@@ -401,3 +401,15 @@ def test_the_test_server_sends_signed_events_over_http(
     assert (ledger.status, ledger.status_reason) == ("failed", "lost_or_stolen_card")
     status, body = fake_stripe.send_event(live_server.url + WEBHOOK, event, "whsec_wrong")
     assert (status, body["error"]["code"]) == (400, "signature_invalid")
+
+
+def test_stripe_without_a_webhook_secret_is_a_deploy_warning(settings):
+    from refunds.checks import stripe_webhook_secret_set
+
+    settings.STRIPE_WEBHOOK_SECRET = ""
+    (warning,) = stripe_webhook_secret_set()
+    assert warning.id == "refunds.W002"
+    settings.STRIPE_WEBHOOK_SECRET = SECRET
+    assert stripe_webhook_secret_set() == []
+    settings.PAYMENT_GATEWAY, settings.STRIPE_WEBHOOK_SECRET = "local", ""
+    assert stripe_webhook_secret_set() == []
