@@ -157,7 +157,8 @@ def spend_limits_check(
 
     money = format_minor
     if hourly is not None:
-        use = LimitUse("agent_hourly_count", "Proposals in the last hour", "", hourly, agent_hourly_count(agent_session))
+        use = LimitUse("agent_hourly_count", "Proposals in the last hour", "", hourly,
+                       agent_hourly_count(agent_session))
         if use.used + 1 > use.limit:
             return _refusal(use, None, (
                 f"This agent session already made {use.used} proposals in the last hour, the most allowed "

@@ -136,7 +136,7 @@ def _refund_object_apply(obj: dict[str, Any]) -> tuple[EventOutcome, Refund | No
         return EventOutcome("unmatched", facts), None
     # The order first, then its refund: the executor inserts refunds while holding the order's lock.
     order = Order.objects.select_for_update().get(pk=order_id)
-    refund = Refund.objects.select_for_update().select_related("preview").get(gateway_refund_id=refund_id)
+    refund = Refund.objects.select_for_update(of=("self",)).select_related("preview").get(gateway_refund_id=refund_id)
     refund.order = order
     facts.update(order_id=order.number, amount_minor=refund.amount_minor, currency=refund.currency,
                  status_before=refund.status, status=status)
@@ -208,7 +208,8 @@ def local_refund_status_set(*, refund_id: str, status: str, reason: str = "") ->
         row = LocalGatewayRefund.objects.select_for_update().get(refund_id=refund_id)
         row.status, row.status_reason = status, reason[:255]
         row.save(update_fields=["status", "status_reason"])
-        event = local_refund_event(row, event_type="refund.failed" if status == RefundStatus.FAILED else "refund.updated")
+        event_type = "refund.failed" if status == RefundStatus.FAILED else "refund.updated"
+        event = local_refund_event(row, event_type=event_type)
         return provider_event_take(provider=LOCAL, event=event)
 
 

@@ -126,14 +126,16 @@ def order_findings(order: Order, provider: list[ProviderRefund]) -> list[Finding
         refund_id = row.gateway_refund_id if row else str((preview.result or {}).get("refund_id") or "")
         if refund_id not in by_id:
             found(DriftKind.PREVIEW_WITHOUT_PROVIDER_REFUND, str(preview.pk),
-                  f"Order {order.number}: preview {preview.pk} refunded {_money(preview.amount_minor, preview.currency)}"
+                  f"Order {order.number}: preview {preview.pk} refunded "
+                  f"{_money(preview.amount_minor, preview.currency)}"
                   f" as {refund_id or 'no refund id'}, which the provider does not list.",
                   preview_id=str(preview.pk), refund_id=refund_id, amount_minor=preview.amount_minor,
                   currency=preview.currency)
         if row is not None and (row.amount_minor, row.currency) != (preview.amount_minor, preview.currency):
             found(DriftKind.AMOUNT_MISMATCH, str(preview.pk),
                   f"Order {order.number}: the ledger's refund {row.gateway_refund_id} is "
-                  f"{_money(row.amount_minor, row.currency)}, its preview {_money(preview.amount_minor, preview.currency)}.",
+                  f"{_money(row.amount_minor, row.currency)}, its preview "
+                  f"{_money(preview.amount_minor, preview.currency)}.",
                   preview_id=str(preview.pk), refund_id=row.gateway_refund_id, ledger_amount_minor=row.amount_minor,
                   preview_amount_minor=preview.amount_minor, currency=row.currency)
 
@@ -143,7 +145,8 @@ def order_findings(order: Order, provider: list[ProviderRefund]) -> list[Finding
             continue  # reported with its preview above
         if (refund.amount_minor, refund.currency) != (row.amount_minor, row.currency):
             found(DriftKind.AMOUNT_MISMATCH, row.gateway_refund_id,
-                  f"Order {order.number}: refund {row.gateway_refund_id} is {_money(refund.amount_minor, refund.currency)}"
+                  f"Order {order.number}: refund {row.gateway_refund_id} is "
+                  f"{_money(refund.amount_minor, refund.currency)}"
                   f" at the provider and {_money(row.amount_minor, row.currency)} in the ledger.",
                   refund_id=row.gateway_refund_id, ledger_amount_minor=row.amount_minor, ledger_currency=row.currency,
                   provider_amount_minor=refund.amount_minor, provider_currency=refund.currency)
