@@ -130,9 +130,12 @@ def _refund_object_apply(obj: dict[str, Any]) -> tuple[EventOutcome, Refund | No
     facts: dict[str, Any] = {"refund_id": refund_id, "provider_status": obj.get("status"), "status_reason": reason,
                              "provider_amount_minor": obj.get("amount"),
                              "provider_currency": str(obj.get("currency") or "").upper()}
-    order_id = Refund.objects.filter(gateway_refund_id=refund_id).values_list("order_id", flat=True).first()
+    ledger = Refund.objects.filter(gateway_refund_id=refund_id).values_list("order_id", flat=True)
+    order_id = ledger.first()
     if order_id is None:
         _raise_if_ours_in_flight(obj)
+        order_id = ledger.first()  # our execution may have recorded it between the two reads
+    if order_id is None:
         return EventOutcome("unmatched", facts), None
     # The order first, then its refund: the executor inserts refunds while holding the order's lock.
     order = Order.objects.select_for_update().get(pk=order_id)
