@@ -28,6 +28,7 @@ from . import metrics
 from .audit_chain import GENESIS, audit_record_content, audit_record_fields, audit_record_hash, audit_record_text_parts
 from .digests import canonical_json, digest_of, sha256_hex
 from .errors import ApplicationError, DecisionError, PolicyRefusal
+from .limits import spend_limits_check
 from .models import (
     AWAITING_STATUSES,
     OPEN_STATUSES,
@@ -42,7 +43,6 @@ from .models import (
     Preview,
     PreviewStatus,
 )
-from .limits import spend_limits_check
 from .registry import Action, registry
 from .rows import (
     fetch_one,

@@ -100,12 +100,12 @@ class Refund(models.Model):
             models.CheckConstraint(condition=Q(amount_minor__gt=0), name="refund_amount_positive"),
         ]
 
+    def __str__(self) -> str:
+        return f"{self.amount_minor} {self.currency} on {self.order_id}"
+
     @property
     def is_dead(self) -> bool:
         return self.status in DEAD_REFUND_STATUSES
-
-    def __str__(self) -> str:
-        return f"{self.amount_minor} {self.currency} on {self.order_id}"
 
 
 class LocalGatewayRefund(models.Model):

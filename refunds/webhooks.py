@@ -62,7 +62,8 @@ def stripe_webhook(request: HttpRequest) -> JsonResponse:
     if stamp is not None and stamp > time.time() + tolerance:
         return _refused(400, "signature_invalid", "The signature's timestamp is in the future.")
     data = json.loads(payload)  # verified: the event exactly as Stripe sent it
-    if not isinstance(data, dict) or not event.get("id") or not data.get("id") or not data.get("type"):
+    event_id = getattr(event, "id", None)
+    if not isinstance(data, dict) or not event_id or data.get("id") != event_id or not data.get("type"):
         return _refused(400, "payload_invalid", "The event has no id or type.")
     try:
         outcome = provider_event_take(provider=STRIPE, event=data)
