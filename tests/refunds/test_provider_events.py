@@ -413,3 +413,27 @@ def test_stripe_without_a_webhook_secret_is_a_deploy_warning(settings):
     assert stripe_webhook_secret_set() == []
     settings.PAYMENT_GATEWAY, settings.STRIPE_WEBHOOK_SECRET = "local", ""
     assert stripe_webhook_secret_set() == []
+
+
+def test_a_refund_that_succeeded_can_still_fail_later(
+    alice, o12, alice_agent, intent, fake_stripe, client, django_capture_on_commit_callbacks
+):
+    """Some payment methods fail a refund after it first succeeded; Stripe then sends refund.failed."""
+    executed_refund(alice_agent, alice, django_capture_on_commit_callbacks)
+    ledger = Refund.objects.get()
+    assert ledger.status == RefundStatus.SUCCEEDED
+    event = fake_stripe.set_refund_status(ledger.gateway_refund_id, "failed", failure_reason="unknown")
+
+    with django_capture_on_commit_callbacks(execute=True):
+        response = deliver(client, fake_stripe, event)
+
+    assert (response.status_code, response.json()["result"]) == (200, "refund_failed")
+    ledger.refresh_from_db()
+    o12.refresh_from_db()
+    assert (ledger.status, ledger.status_reason, o12.refunded_minor) == ("failed", "unknown", 0)
+    assert len(mail.outbox) == 1
+    # A cancellation cannot follow a failure: it is stored and changes nothing.
+    late = fake_stripe.set_refund_status(ledger.gateway_refund_id, "canceled")
+    assert deliver(client, fake_stripe, late).json()["result"] == "out_of_order"
+    o12.refresh_from_db()
+    assert o12.refunded_minor == 0  # not given back twice
