@@ -195,16 +195,17 @@ def preview_state_words(preview: Preview, audience: str, execution: Execution | 
     """(title, sentence) for `audience` ("agent", "customer" or "staff")."""
     wording = STATE_WORDING[preview_state_key(preview, execution)]
     action = registry.action(preview.action)
-    outcome = ""
+    outcome, title = "", wording.title
     if preview.status == PreviewStatus.EXECUTED:
         outcome = action.outcome_text(preview) if action else f"{preview_headline(preview)}: completed."
+        title = (action.outcome_title(preview) if action else None) or title
     text = getattr(wording, audience).format(
         headline=preview_headline(preview),
         reason=preview.failure_reason or "none given",
         code=preview.failure_code,
         outcome=outcome,
     )
-    return wording.title, " ".join(text.split())
+    return title, " ".join(text.split())
 
 
 def preview_message(preview: Preview, *, base_url: str, confirm_url: str | None = None) -> str:

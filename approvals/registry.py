@@ -187,6 +187,11 @@ class Action(ABC):
         """What happened, for the person, once executed."""
         ...
 
+    def outcome_title(self, preview: Preview) -> str | None:
+        """A short title for an executed preview when "Completed" would say too much (a refund still
+        processing at the bank, or one the bank failed afterwards); None keeps "Completed"."""
+        return None
+
     # Staff review hooks. Everything they return must come from the database, never from the agent.
 
     def review_summary(self, preview: Preview) -> str:
@@ -210,6 +215,18 @@ class Action(ABC):
 
     def review_document(self, preview: Preview) -> ReviewDocument | None:
         """The document exactly as it will be sent, rendered now from the subject; None if none."""
+        return None
+
+    # Spending limits (approvals.limits).
+
+    #: Whether this action's amounts are money going out, counted by SPEND_LIMIT_AGENT_DAILY and
+    #: SPEND_LIMIT_CUSTOMER_30D (a refund is; an invoice's total is only shown).
+    counts_toward_spending_limits: bool = False
+
+    def spending_reversed(self) -> Any:
+        """Ids of this action's previews whose effect the outside world undid after execution (a refund
+        that failed at the bank), as a queryset of preview ids: they no longer count toward the
+        spending limits. None when there are none."""
         return None
 
 

@@ -28,6 +28,7 @@ from . import metrics
 from .audit_chain import GENESIS, audit_record_content, audit_record_fields, audit_record_hash, audit_record_text_parts
 from .digests import canonical_json, digest_of, sha256_hex
 from .errors import ApplicationError, DecisionError, PolicyRefusal
+from .limits import spend_limits_check
 from .models import (
     AWAITING_STATUSES,
     OPEN_STATUSES,
@@ -484,13 +485,17 @@ def _preview_insert_or_twin(preview: Preview) -> Preview | None:
 @_audited_transaction(savepoint=False)  # within idempotent_call's transaction, no savepoint of its own
 def proposal_submit(
     *,
-    agent_session: AgentSession,
+    agent_session: AgentSession | None,
     action: Action,
     arguments: dict[str, Any],
     raw_arguments: str,
+    actor: AbstractBaseUser | None = None,
 ) -> ProposalOutcome:
-    """Check the proposal against trusted data and record an immutable preview, or refuse it."""
-    actor = agent_session.user
+    """Check the proposal against trusted data and record an immutable preview, or refuse it.
+
+    An agent proposes as its session's person. Without a session, staff propose for `actor` (a new
+    refund after the bank failed one); the caller audits who they are, and `actor` still confirms."""
+    actor = agent_session.user if agent_session is not None else actor
     try:
         proposal = action.propose(actor=actor, arguments=arguments)
     except PolicyRefusal as refusal:
@@ -516,6 +521,19 @@ def proposal_submit(
             "payload": proposal.payload,
         }
     )
+    # Spending limits (approvals.limits), under row locks held until this transaction commits. The same
+    # pending proposal again is answered with its preview below, which is counted already.
+    over_limit = spend_limits_check(agent_session=agent_session, actor=actor, action=action,
+                                    amount_minor=proposal.amount_minor, currency=proposal.currency)
+    if over_limit is not None and not Preview.objects.filter(
+        proposal_key=proposal_key, status__in=OPEN_STATUSES
+    ).exists():
+        audit_record(event=AuditEvent.PROPOSAL_REFUSED, actor=actor, agent_session=agent_session, action=action.name,
+                     subject_type=proposal.subject_type, subject_id=proposal.subject_id, raw_arguments=raw_arguments,
+                     result={"error": over_limit.as_dict()})
+        metrics.proposal_refused(action.name, over_limit.code)
+        return ProposalOutcome(kind="refused", refusal=over_limit)
+
     preview = Preview(
         action=action.name,
         actor=actor,

@@ -2,7 +2,8 @@
 webhooks, approver notifications) registers a listener here instead of patching each service.
 
 Listeners run after the transaction that made the change commits (never for a rolled-back change),
-with the preview's id, its previous status and its new status. They must be quick and must not fail
+with the preview's id, its previous status and its new status (the same, when an executed preview's
+effect changed afterwards: preview_effect_changed). They must be quick and must not fail
 the caller: publish a Celery task and return.
 """
 
@@ -32,8 +33,19 @@ def preview_transitioned(preview: Any, previous_status: str) -> None:
     ("" for a new preview)."""
     if not _listeners or preview.status == previous_status:
         return
-    preview_id, status = str(preview.pk), str(preview.status)
+    _notify_at_commit(str(preview.pk), previous_status, str(preview.status))
 
+
+def preview_effect_changed(preview: Any) -> None:
+    """Tell the listeners, once the current transaction commits, that the effect of a preview whose
+    status stays what it is changed afterwards (a refund the bank failed after it was executed). They
+    are called with the same previous and new status, so that what they send (an agent webhook's
+    envelope) carries the preview's new state: its outcome words and action fields come from the effect."""
+    if _listeners:
+        _notify_at_commit(str(preview.pk), str(preview.status), str(preview.status))
+
+
+def _notify_at_commit(preview_id: str, previous_status: str, status: str) -> None:
     def notify() -> None:
         for listener in list(_listeners):
             try:

@@ -196,6 +196,35 @@ PAYMENT_GATEWAY = env.str("PAYMENT_GATEWAY", default="local")
 STRIPE_API_KEY = env.str("STRIPE_API_KEY", default="")
 STRIPE_API_BASE = env.str("STRIPE_API_BASE", default="https://api.stripe.com")
 STRIPE_TIMEOUT_SECONDS = env.float("STRIPE_TIMEOUT_SECONDS", default=10.0)
+
+# Payments (docs/payments.md). Stripe's webhook signing secret (whsec_…) for POST /payments/stripe/webhook;
+# unset, the endpoint answers 404. Events signed longer ago than the tolerance are refused.
+STRIPE_WEBHOOK_SECRET = env.str("STRIPE_WEBHOOK_SECRET", default="")
+STRIPE_WEBHOOK_TOLERANCE_SECONDS = env.int("STRIPE_WEBHOOK_TOLERANCE_SECONDS", default=300)
+# The status the local gateway gives a new refund: `succeeded`, or `pending` to show the bank's step.
+LOCAL_GATEWAY_REFUND_STATUS = env.str("LOCAL_GATEWAY_REFUND_STATUS", default="succeeded")
+if LOCAL_GATEWAY_REFUND_STATUS not in ("succeeded", "pending"):
+    raise ImproperlyConfigured("LOCAL_GATEWAY_REFUND_STATUS must be 'succeeded' or 'pending'.")
+# How often the beat runs the reconciliation with the provider (refunds.reconcile).
+RECONCILE_INTERVAL_SECONDS = env.int("RECONCILE_INTERVAL_SECONDS", default=3600)
+
+
+def _minor_limits(name: str) -> dict[str, int]:
+    """`EUR:50000,USD:50000` (minor units per currency, `*` for the others); unset means no limit."""
+    limits = {}
+    for item in env.list(name, default=[]):
+        code, _, amount = item.strip().partition(":")
+        if not code or not amount.strip().isdigit():
+            raise ImproperlyConfigured(f"{name}: {item!r} is not CURRENCY:AMOUNT_IN_MINOR_UNITS")
+        limits[code.strip().upper()] = int(amount)
+    return limits
+
+
+# Spending limits (approvals.limits): per agent session per day, per customer over 30 days, proposals
+# per agent session per hour. Unset means no limit.
+SPEND_LIMIT_AGENT_DAILY = _minor_limits("SPEND_LIMIT_AGENT_DAILY")
+SPEND_LIMIT_CUSTOMER_30D = _minor_limits("SPEND_LIMIT_CUSTOMER_30D")
+SPEND_LIMIT_AGENT_HOURLY_COUNT = env.int("SPEND_LIMIT_AGENT_HOURLY_COUNT", default=0) or None
 # Largest request body the agent API accepts.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("DATA_UPLOAD_MAX_MEMORY_SIZE", default=64 * 1024)
 
@@ -313,6 +342,7 @@ CELERY_BEAT_SCHEDULE = {
     "expire-previews": {"task": "approvals.expire_previews", "schedule": 60.0},
     "dispatch-stalled-previews": {"task": "approvals.dispatch_stalled_previews", "schedule": 30.0},
     "resolve-unknown-executions": {"task": "approvals.resolve_unknown_executions", "schedule": 60.0},
+    "reconcile-payments": {"task": "refunds.reconcile", "schedule": float(RECONCILE_INTERVAL_SECONDS)},
 }
 # Publishing to a broker that is down fails fast; the sweeper publishes again later.
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}

@@ -24,6 +24,8 @@ urlpatterns = [
     path("previews/", include("approvals.urls")),
     path("orders/", include("refunds.urls")),
     path("console/", include("approvals.console.urls")),
+    path("console/payments/", include("refunds.console_urls")),
+    path("payments/", include("refunds.payment_urls")),
 ]
 if settings.ADMIN_ENABLED:
     urlpatterns.append(path("admin/", admin.site.urls))

@@ -13,7 +13,7 @@ from approvals.registry import Action, DisplayRow, FactTable, Proposal, RuleResu
 from approvals.rows import column_sql, fetch_one
 from approvals.selectors import amount_in_flight, amount_in_flight_subquery
 
-from .models import Order, Refund
+from .models import DEAD_REFUND_STATUSES, Order, Refund, RefundStatus
 from .policy import order_unavailable, refund_policy_check, refund_policy_checks
 from .serializers import RefundOrderArguments
 from .services import refund_find, refund_pay, refund_record
@@ -120,7 +120,14 @@ class RefundOrderAction(Action):
         return refund_find(preview=preview)
 
     def record(self, *, preview: Preview, subject: Any, effect: dict[str, Any]) -> dict[str, Any]:
-        return refund_record(preview=preview, order=subject, refund_id=effect["refund_id"])
+        return refund_record(
+            preview=preview,
+            order=subject,
+            refund_id=effect["refund_id"],
+            # An effect stored before refunds had a status (effect_unrecorded) was a paid refund.
+            status=effect.get("refund_status") or RefundStatus.SUCCEEDED,
+            status_reason=effect.get("refund_status_reason") or "",
+        )
 
     def headline(self, preview: Preview) -> str:
         return f"Refund {format_minor(preview.amount_minor, preview.currency)} on order {preview.subject_id}"
@@ -141,19 +148,59 @@ class RefundOrderAction(Action):
         )
 
     def preview_fields(self, preview: Preview) -> dict[str, Any]:
-        return {
+        fields = {
             "order_id": preview.payload["order_id"],
             "amount_minor": preview.amount_minor,
             "currency": preview.currency,
             "reason": preview.payload["reason"],
         }
+        refund = self._refund(preview)
+        if refund is not None:
+            # Where the money is, as the provider last reported it: pending (processing at the bank),
+            # succeeded, failed or canceled (no money moved).
+            fields["refund"] = {"id": refund.gateway_refund_id, "status": refund.status,
+                                "status_reason": refund.status_reason}
+        return fields
+
+    def _refund(self, preview: Preview) -> Refund | None:
+        """The ledger row of an executed preview: where its money is now, as the provider last said."""
+        if preview.status != PreviewStatus.EXECUTED:
+            return None
+        cached = preview._state.fields_cache.get("refund")
+        return cached if cached is not None else Refund.objects.filter(preview_id=preview.pk).first()
 
     def outcome_text(self, preview: Preview) -> str:
-        refund_id = (preview.result or {}).get("refund_id", "")
-        return (
-            f"Refunded {format_minor(preview.amount_minor, preview.currency)} on order "
-            f"{preview.subject_id} (refund reference {refund_id})."
-        )
+        refund = self._refund(preview)
+        refund_id = refund.gateway_refund_id if refund else (preview.result or {}).get("refund_id", "")
+        amount = format_minor(preview.amount_minor, preview.currency)
+        status = refund.status if refund else RefundStatus.SUCCEEDED
+        reason = f" ({refund.status_reason})" if refund and refund.status_reason else ""
+        if status == RefundStatus.PENDING:
+            return (
+                f"Refund of {amount} on order {preview.subject_id} accepted by the payment provider and processing "
+                f"at the bank (refund reference {refund_id}){reason}. It is not in the customer's account yet; "
+                "it counts as refunded unless the bank fails it."
+            )
+        if status in DEAD_REFUND_STATUSES:
+            what = "was cancelled" if status == RefundStatus.CANCELED else "failed at the bank"
+            return (
+                f"The refund of {amount} on order {preview.subject_id} (refund reference {refund_id}) {what}{reason}: "
+                f"no money was returned, and {amount} is refundable on the order again. It will not be retried "
+                "automatically; our staff can propose a new refund."
+            )
+        return f"Refunded {amount} on order {preview.subject_id} (refund reference {refund_id})."
+
+    def outcome_title(self, preview: Preview) -> str | None:
+        refund = self._refund(preview)
+        if refund is None or refund.status == RefundStatus.SUCCEEDED:
+            return None
+        return refund.get_status_display()
+
+    # Spending limits: a refund is money going out; one the bank failed or cancelled moved none.
+    counts_toward_spending_limits = True
+
+    def spending_reversed(self) -> Any:
+        return Refund.objects.filter(status__in=DEAD_REFUND_STATUSES).values("preview_id")
 
     # Staff review: verified facts from the database, never from the agent's arguments.
 
@@ -244,6 +291,7 @@ class RefundOrderAction(Action):
                 format_minor(refund.amount_minor, refund.currency),
                 REASON_WORDS.get(refund.reason, refund.reason),
                 refund.gateway_refund_id,
+                refund.get_status_display() + (f" ({refund.status_reason})" if refund.status_reason else ""),
                 "this preview" if refund.preview_id == preview.pk else str(refund.preview_id),
             ]
             for refund in refunds
@@ -251,7 +299,7 @@ class RefundOrderAction(Action):
         return [
             FactTable(
                 caption=f"Refunds already made on {preview.subject_id} (ledger)",
-                columns=["Date", "Amount", "Reason", "Gateway reference", "Preview"],
+                columns=["Date", "Amount", "Reason", "Gateway reference", "Status at the provider", "Preview"],
                 rows=rows,
                 empty="No refunds have been made on this order.",
             )

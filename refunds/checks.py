@@ -34,3 +34,20 @@ def staff_review_thresholds_cover_order_currencies(app_configs: Any = None, **kw
             id="refunds.W001",
         )
     ]
+
+
+@register()
+def stripe_webhook_secret_set(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    """With Stripe, refunds that fail at the bank after Stripe accepted them are heard of through its
+    webhook; without the secret only reconciliation finds them (docs/payments.md)."""
+    if settings.PAYMENT_GATEWAY != "stripe" or settings.STRIPE_WEBHOOK_SECRET:
+        return []
+    return [
+        Warning(
+            "PAYMENT_GATEWAY='stripe' without STRIPE_WEBHOOK_SECRET: POST /payments/stripe/webhook is off, so a "
+            "refund that fails at the bank is only found by `manage.py reconcile`.",
+            hint="Add the endpoint in Stripe (refund.created, refund.updated, refund.failed) and set "
+            "STRIPE_WEBHOOK_SECRET to its signing secret (whsec_…).",
+            id="refunds.W002",
+        )
+    ]

@@ -21,6 +21,25 @@ class GatewayRefund:
     id: str
     amount_minor: int
     currency: str
+    status: str = "succeeded"  # refunds.models.RefundStatus: pending until the bank has paid it
+    status_reason: str = ""
+
+
+@dataclass(frozen=True)
+class ProviderRefund:
+    """A refund as the provider lists it (reconciliation compares these with the ledger)."""
+
+    id: str
+    amount_minor: int
+    currency: str
+    status: str
+    status_reason: str
+    payment_ref: str
+    idempotency_key: str
+
+    @property
+    def preview_id(self) -> str:
+        return self.idempotency_key.removeprefix("refund:") if self.idempotency_key.startswith("refund:") else ""
 
 
 class GatewayDeclined(ExecutionFailure):
@@ -61,6 +80,10 @@ class PaymentGateway(Protocol):
         """The refund made with this idempotency key, if any, without making one."""
         ...
 
+    def list_refunds(self, *, payment_ref: str) -> list[ProviderRefund]:
+        """Every refund the provider holds for this payment (every page), made here or elsewhere."""
+        ...
+
 
 class LocalGateway:
     """A gateway kept in the shop's own database, for the demo and for tests."""
@@ -76,6 +99,7 @@ class LocalGateway:
             payment_ref=payment_ref,
             amount_minor=amount_minor,
             currency=currency,
+            status=settings.LOCAL_GATEWAY_REFUND_STATUS,
         )
         if not insert_rows([existing], skip_conflicts=True):
             existing = fetch_one(LocalGatewayRefund, idempotency_key=idempotency_key)
@@ -91,6 +115,20 @@ class LocalGateway:
             return None
         return _checked_local(existing, payment_ref=payment_ref, amount_minor=amount_minor, currency=currency)
 
+    def list_refunds(self, *, payment_ref: str) -> list[ProviderRefund]:
+        return [
+            ProviderRefund(
+                id=row.refund_id,
+                amount_minor=row.amount_minor,
+                currency=row.currency,
+                status=row.status,
+                status_reason=row.status_reason,
+                payment_ref=row.payment_ref,
+                idempotency_key=row.idempotency_key,
+            )
+            for row in LocalGatewayRefund.objects.filter(payment_ref=payment_ref).order_by("created_at", "pk")
+        ]
+
 
 def _checked_local(
     existing: LocalGatewayRefund, *, payment_ref: str, amount_minor: int, currency: str
@@ -102,7 +140,19 @@ def _checked_local(
             code="idempotency_error",
             refund_id=existing.refund_id,
         )
-    return GatewayRefund(id=existing.refund_id, amount_minor=existing.amount_minor, currency=existing.currency)
+    if existing.status in ("failed", "canceled"):
+        raise GatewayDeclined(
+            f"The local gateway did not pay the refund {existing.refund_id}: it is {existing.status}.",
+            code="refund_failed",
+            refund_id=existing.refund_id,
+        )
+    return GatewayRefund(
+        id=existing.refund_id,
+        amount_minor=existing.amount_minor,
+        currency=existing.currency,
+        status=existing.status,
+        status_reason=existing.status_reason,
+    )
 
 
 def payment_gateway() -> PaymentGateway:

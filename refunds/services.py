@@ -1,8 +1,10 @@
 """Write services for orders and refunds."""
 
+import json
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.db import transaction
 from django.db.models import F
 
 from approvals.models import Preview
@@ -10,8 +12,8 @@ from approvals.rows import fetch_one, insert_rows
 from approvals.services import update_fields_at_commit
 from approvals.shop_import import ShopDataInvalid
 
-from .gateways import payment_gateway
-from .models import Order, Refund
+from .gateways import GatewayRefund, payment_gateway
+from .models import Order, Refund, RefundStatus
 from .serializers import refunded_beyond_total_problem
 
 ORDER_IMPORT_FIELDS = (
@@ -58,8 +60,14 @@ def refund_pay(*, preview: Preview, order: Order | None = None) -> dict[str, Any
         currency=preview.currency,
         idempotency_key=f"refund:{preview.pk}",
     )
+    return _effect(gateway_refund)
+
+
+def _effect(gateway_refund: GatewayRefund) -> dict[str, Any]:
+    """The effect as the provider reported it, stored on the execution: the refund, and where its money is."""
     return {"refund_id": gateway_refund.id, "amount_minor": gateway_refund.amount_minor,
-            "currency": gateway_refund.currency}
+            "currency": gateway_refund.currency, "refund_status": gateway_refund.status,
+            "refund_status_reason": gateway_refund.status_reason}
 
 
 def refund_find(*, preview: Preview) -> dict[str, Any] | None:
@@ -75,13 +83,16 @@ def refund_find(*, preview: Preview) -> dict[str, Any] | None:
     )
     if gateway_refund is None:
         return None
-    return {"refund_id": gateway_refund.id, "amount_minor": gateway_refund.amount_minor,
-            "currency": gateway_refund.currency}
+    return _effect(gateway_refund)
 
 
-def refund_record(*, preview: Preview, order: Order, refund_id: str) -> dict[str, Any]:
-    """Write the paid refund to the ledger and the order. Runs under the engine's locks, in its audited
-    transaction: the order's update goes with the audit append (nothing reads the order again before)."""
+def refund_record(
+    *, preview: Preview, order: Order, refund_id: str, status: str = RefundStatus.SUCCEEDED, status_reason: str = ""
+) -> dict[str, Any]:
+    """Write the refund the provider accepted to the ledger and the order, with the status it reported
+    (`pending` is processing at the bank and counts like a paid one until the provider says otherwise).
+    Runs under the engine's locks, in its audited transaction: the order's update goes with the audit
+    append (nothing reads the order again before)."""
     insert_rows([
         Refund(
             order=order,
@@ -90,6 +101,8 @@ def refund_record(*, preview: Preview, order: Order, refund_id: str) -> dict[str
             currency=preview.currency,
             reason=preview.payload["reason"],
             gateway_refund_id=refund_id,
+            status=status,
+            status_reason=status_reason[:255],
         )
     ])
     order.refunded_minor += preview.amount_minor
@@ -101,6 +114,7 @@ def refund_record(*, preview: Preview, order: Order, refund_id: str) -> dict[str
         "amount_minor": preview.amount_minor,
         "currency": preview.currency,
         "order_refunded_minor": order.refunded_minor,
+        "refund_status": status,
     }
 
 
@@ -113,3 +127,43 @@ def order_describe(data: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
     summary["placed_at"] = order.placed_at.isoformat()
     summary["delivered_at"] = order.delivered_at.isoformat() if order.delivered_at else None
     return order.number, {"customer": order.customer.get_username(), **summary, "version": order.version}
+
+
+STAFF_REFUND_PROPOSED = "staff_refund_proposed"
+
+
+def refund_propose_again(*, refund_pk: int, staff: Any) -> Any:
+    """Staff propose a new refund in place of one the bank failed or cancelled: the same order, amount
+    and reason, for the same customer, through the same policy (what remains refundable now) and
+    spending limits. Nothing is paid until the customer confirms the new preview (and staff approve it
+    above the threshold). Returns the engine's ProposalOutcome; both outcomes are audited with `staff`."""
+    from approvals.registry import registry
+    from approvals.services import audit_record, proposal_submit
+
+    from .models import DEAD_REFUND_STATUSES
+
+    refund = Refund.objects.select_related("order__customer").get(pk=refund_pk)
+    if refund.status not in DEAD_REFUND_STATUSES:
+        raise ValueError(f"Refund {refund.gateway_refund_id} is {refund.status}; only a failed or cancelled one "
+                         "may be proposed again.")
+    arguments = {"order_id": refund.order.number, "amount_minor": refund.amount_minor, "reason": refund.reason}
+    with transaction.atomic():
+        outcome = proposal_submit(
+            agent_session=None,
+            action=registry.action("refund_order"),
+            arguments=arguments,
+            raw_arguments=json.dumps(arguments, sort_keys=True),
+            actor=refund.order.customer,
+        )
+        audit_record(
+            event=STAFF_REFUND_PROPOSED,
+            preview=outcome.preview,
+            actor=staff,
+            action="refund_order",
+            subject_type="order",
+            subject_id=refund.order.number,
+            result={"replaces_refund": refund.gateway_refund_id, "replaces_preview": str(refund.preview_id),
+                    "outcome": outcome.kind,
+                    **({"error": outcome.refusal.as_dict()} if outcome.refusal else {})},
+        )
+    return outcome

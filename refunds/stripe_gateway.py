@@ -27,7 +27,7 @@ from django.conf import settings
 
 from approvals.errors import TransientExecutionError
 
-from .gateways import GatewayDeclined, GatewayRefund, GatewayRefundMismatch, GatewayUnavailable
+from .gateways import GatewayDeclined, GatewayRefund, GatewayRefundMismatch, GatewayUnavailable, ProviderRefund
 
 DEFAULT_TIMEOUT_SECONDS = 10.0
 IDEMPOTENCY_KEY_PREFIX = "refund:"
@@ -84,6 +84,29 @@ class StripeGateway:
         return None
 
 
+    def list_refunds(self, *, payment_ref: str) -> list[ProviderRefund]:
+        """Every refund of the PaymentIntent, all pages, through the SDK (for reconciliation)."""
+        try:
+            page = self.client.v1.refunds.list(params={"payment_intent": payment_ref, "limit": 100})
+            return [provider_refund(refund.to_dict()) for refund in page.auto_paging_iter()]
+        except stripe.StripeError as error:
+            raise classify_stripe_error(error) from error
+
+
+def provider_refund(data: dict[str, Any]) -> ProviderRefund:
+    """A Stripe refund object as reconciliation and the webhook compare it."""
+    metadata = data.get("metadata") or {}
+    return ProviderRefund(
+        id=str(data.get("id") or ""),
+        amount_minor=int(data.get("amount") or 0),
+        currency=str(data.get("currency") or "").upper(),
+        status=ledger_status(data.get("status")),
+        status_reason=status_reason(data),
+        payment_ref=str(data.get("payment_intent") or ""),
+        idempotency_key=str(metadata.get("idempotency_key") or ""),
+    )
+
+
 @functools.lru_cache(maxsize=8)
 def _client(api_key: str, api_base: str, timeout: float) -> stripe.StripeClient:
     """One client per configuration, so connections are reused (its HTTP sessions are per thread)."""
@@ -136,7 +159,31 @@ def _checked(refund: Any, *, payment_ref: str, amount_minor: int, currency: str)
             code="refund_failed",
             **facts,
         )
-    return GatewayRefund(id=refund_id, amount_minor=amount_minor, currency=refund_currency)
+    return GatewayRefund(
+        id=refund_id,
+        amount_minor=amount_minor,
+        currency=refund_currency,
+        status=ledger_status(data.get("status")),
+        status_reason=status_reason(data),
+    )
+
+
+def ledger_status(provider_status: Any) -> str:
+    """The ledger's status (refunds.models.RefundStatus) for one of Stripe's refund statuses. Stripe's
+    `requires_action` is money still on its way, like `pending`; an unknown status is treated as pending
+    (counted, never as paid back)."""
+    if provider_status in ("succeeded", "failed", "canceled"):
+        return str(provider_status)
+    return "pending"
+
+
+def status_reason(data: dict[str, Any]) -> str:
+    """Stripe's reason for the status: `failure_reason` of a failed refund, `pending_reason` of a pending one."""
+    if data.get("status") in DEAD_REFUND_STATUSES:
+        return str(data.get("failure_reason") or "")
+    if data.get("status") == "requires_action":
+        return "requires_action"
+    return str(data.get("pending_reason") or "")
 
 
 def _error_fields(error: stripe.StripeError) -> dict[str, Any]:

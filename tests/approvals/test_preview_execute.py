@@ -72,6 +72,7 @@ def test_running_the_task_twice_refunds_once_with_the_preview_key(
         "amount_minor": 500,
         "currency": "EUR",
         "order_refunded_minor": 500,
+        "refund_status": "succeeded",
     }
     assert events(preview) == ["proposed", "confirmed", "execution_started", "executed"]
 

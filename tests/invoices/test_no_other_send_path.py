@@ -30,11 +30,16 @@ MAIL_CALLS = {
 }
 
 
+# Mail that is not an invoice: the customer's notice that the bank did not pay a refund. The refunds app
+# cannot import invoices (import-linter's independence contract), so it can never send an invoice.
+OTHER_MAIL_MODULES = {ROOT / "refunds" / "notifications.py"}
+
+
 def test_no_application_module_but_invoices_mail_sends_email():
     offenders = []
     for package in ("approvals", "refunds", "invoices", "config"):
         for path in (ROOT / package).rglob("*.py"):
-            if path == ROOT / "invoices" / "mail.py":
+            if path == ROOT / "invoices" / "mail.py" or path in OTHER_MAIL_MODULES:
                 continue
             for node in ast.walk(ast.parse(path.read_text())):
                 name = getattr(node, "attr", None) or getattr(node, "id", None)

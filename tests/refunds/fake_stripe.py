@@ -27,6 +27,20 @@ Faults the tests can queue, each consumed by the next `POST /v1/refunds` (in the
 
 `refunds` holds the refunds actually created, `requests` every request received.
 
+Refund lifecycle and events (https://docs.stripe.com/api/events, https://docs.stripe.com/webhooks):
+
+* `refund_status = "pending"` makes new refunds pending at the bank (with a `pending_reason`);
+* `set_refund_status(refund_id, "failed", failure_reason=...)` moves a refund on as the bank would
+  (a failed or canceled refund no longer counts against the PaymentIntent) and queues the event
+  Stripe sends (`refund.updated`, or `refund.failed`);
+* `refund_outside(payment_intent, amount)` is a refund made in Stripe's dashboard (no metadata);
+* every change queues its event in `events` (`refund.created` for each refund made);
+* `signed(event, secret)` gives the body and the `Stripe-Signature` header Stripe would send
+  (`t=<time>,v1=<HMAC-SHA256(secret, "<t>.<body>")>`), `send_event(url, event, secret)` POSTs it.
+
+`GET /v1/refunds` pages like Stripe (`limit`, `starting_after`, `has_more`, newest first); set
+`page_size` to cap a page below the asked `limit`, so that a client must follow the pages.
+
 Run it on its own with `python -m tests.refunds.fake_stripe [--port N] [--payment-intent pi_x:1000:eur ...]`.
 """
 
@@ -34,6 +48,8 @@ from __future__ import annotations
 
 import argparse
 import collections
+import hashlib
+import hmac
 import json
 import secrets
 import threading
@@ -42,7 +58,9 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.error import HTTPError
 from urllib.parse import parse_qsl, urlsplit
+from urllib.request import Request, urlopen
 
 DEFAULT_MESSAGES = {
     "charge_already_refunded": "Charge {charge} has already been refunded.",
@@ -114,6 +132,8 @@ class FakeStripe:
         self.requests: list[RecordedRequest] = []
         self.refund_status = "succeeded"
         self.lookup_failure: int | None = None
+        self.page_size: int | None = None
+        self.events: list[dict[str, Any]] = []
         self._saved: dict[str, Saved] = {}
         self._faults: collections.deque[Fault] = collections.deque()
         self._lock = threading.Lock()
@@ -185,6 +205,78 @@ class FakeStripe:
         with self._lock:
             self._faults.extend([fault] * n)
 
+    # Refund lifecycle and events ----------------------------------------------------------
+
+    def refund(self, refund_id: str) -> dict[str, Any]:
+        return next(refund for refund in self.refunds if refund["id"] == refund_id)
+
+    def set_refund_status(self, refund_id: str, status: str, *, failure_reason: str | None = None,
+                          pending_reason: str | None = None) -> dict[str, Any]:
+        """Move a refund to `status` as the bank would; returns the event Stripe sends (also queued)."""
+        with self._lock:
+            refund = self.refund(refund_id)
+            intent = self.payment_intents[refund["payment_intent"]]
+            was_live = refund["status"] not in ("failed", "canceled")
+            is_live = status not in ("failed", "canceled")
+            if was_live and not is_live:
+                intent.refunded -= refund["amount"]
+            elif is_live and not was_live:
+                intent.refunded += refund["amount"]
+            refund["status"] = status
+            refund["failure_reason"] = failure_reason if status == "failed" else None
+            refund["pending_reason"] = pending_reason if status == "pending" else None
+            return self._event("refund.failed" if status == "failed" else "refund.updated", refund)
+
+    def refund_outside(self, payment_intent: str, amount: int, *, status: str = "succeeded") -> dict[str, Any]:
+        """A refund made in Stripe's dashboard: no idempotency key, no metadata of ours."""
+        with self._lock:
+            intent = self.payment_intents[payment_intent]
+            refund = self._refund_object(intent, amount, metadata={}, reason=None, status=status)
+            if status not in ("failed", "canceled"):
+                intent.refunded += amount
+            self.refunds.append(refund)
+            self._event("refund.created", refund)
+            return refund
+
+    def _event(self, event_type: str, obj: dict[str, Any]) -> dict[str, Any]:
+        event = {
+            "id": "evt_" + secrets.token_hex(12),
+            "object": "event",
+            "api_version": "2024-06-20",
+            "created": int(time.time()),
+            "livemode": False,
+            "pending_webhooks": 1,
+            "request": {"id": None, "idempotency_key": None},
+            "type": event_type,
+            "data": {"object": json.loads(json.dumps(obj))},
+        }
+        self.events.append(event)
+        return event
+
+    def events_for(self, refund_id: str) -> list[dict[str, Any]]:
+        return [event for event in self.events if event["data"]["object"].get("id") == refund_id]
+
+    @staticmethod
+    def signed(event: dict[str, Any], secret: str, *, timestamp: int | None = None) -> tuple[bytes, str]:
+        """The body and the Stripe-Signature header Stripe sends with `event`."""
+        body = json.dumps(event, indent=2)
+        stamp = int(time.time()) if timestamp is None else timestamp
+        signature = hmac.new(secret.encode(), f"{stamp}.{body}".encode(), hashlib.sha256).hexdigest()
+        return body.encode(), f"t={stamp},v1={signature}"
+
+    def send_event(self, url: str, event: dict[str, Any], secret: str, *, timestamp: int | None = None
+                   ) -> tuple[int, dict[str, Any]]:
+        """POST the signed event to a webhook endpoint, as Stripe does; returns (status, JSON body)."""
+        body, header = self.signed(event, secret, timestamp=timestamp)
+        request = Request(url, data=body, method="POST", headers={
+            "Content-Type": "application/json; charset=utf-8", "Stripe-Signature": header,
+            "User-Agent": "Stripe/1.0 (+https://stripe.com/docs/webhooks)"})
+        try:
+            with urlopen(request, timeout=10) as response:  # noqa: S310 - a test's own server
+                return response.status, json.loads(response.read() or b"{}")
+        except HTTPError as error:
+            return error.code, json.loads(error.read() or b"{}")
+
     # What happened -------------------------------------------------------------------------
 
     @property
@@ -225,8 +317,7 @@ class FakeStripe:
         if path == "/v1/refunds" and method == "GET" and self.lookup_failure:
             return (*_server_error(self.lookup_failure), 0.0, False)
         if path == "/v1/refunds" and method == "GET":
-            found = [r for r in self.refunds if params.get("payment_intent") in (None, r["payment_intent"])]
-            return 200, {"object": "list", "url": "/v1/refunds", "has_more": False, "data": found[::-1]}, 0.0, False
+            return (*self._list_refunds(params), 0.0, False)
         if path.startswith("/v1/refunds/") and method == "GET":
             refund_id = path.removeprefix("/v1/refunds/")
             for refund in self.refunds:
@@ -235,6 +326,24 @@ class FakeStripe:
             return (*_error(404, "invalid_request_error", f"No such refund: '{refund_id}'", "resource_missing",
                             "id"), 0.0, False)
         return (*_error(404, "invalid_request_error", f"Unrecognized request URL ({method}: {path})."), 0.0, False)
+
+    def _list_refunds(self, params: dict[str, str]) -> tuple[int, dict]:
+        """Newest first, `limit` (1-100, default 10) per page from after `starting_after`."""
+        found = [r for r in self.refunds if params.get("payment_intent") in (None, r["payment_intent"])][::-1]
+        limit = int(params.get("limit") or 10)
+        if not 1 <= limit <= 100:
+            return _error(400, "invalid_request_error", "Invalid integer: limit", "parameter_invalid_integer",
+                          "limit")
+        if self.page_size:
+            limit = min(limit, self.page_size)
+        after = params.get("starting_after")
+        if after:
+            ids = [r["id"] for r in found]
+            if after not in ids:
+                return _error(404, "invalid_request_error", f"No such refund: '{after}'", "resource_missing",
+                              "starting_after")
+            found = found[ids.index(after) + 1:]
+        return 200, {"object": "list", "url": "/v1/refunds", "has_more": len(found) > limit, "data": found[:limit]}
 
     def _create_refund(self, key: str | None, params: dict[str, str]) -> tuple[int, dict, float, bool]:
         fault = self._faults[0] if self._faults else None
@@ -291,7 +400,19 @@ class FakeStripe:
             return _error(400, "invalid_request_error",
                           f"Refund amount (${amount / 100:.2f}) is greater than unrefunded amount on charge "
                           f"(${intent.unrefunded / 100:.2f})", param="amount")
-        refund = {
+        metadata = {k[len("metadata["):-1]: v for k, v in params.items() if k.startswith("metadata[")}
+        refund = self._refund_object(intent, amount, metadata=metadata, reason=params.get("reason"),
+                                     status=self.refund_status)
+        if self.refund_status not in ("failed", "canceled"):
+            intent.refunded += amount
+        self.refunds.append(refund)
+        self._event("refund.created", refund)
+        return 200, refund
+
+    @staticmethod
+    def _refund_object(intent: PaymentIntent, amount: int, *, metadata: dict[str, str], reason: str | None,
+                       status: str) -> dict[str, Any]:
+        return {
             "id": "re_" + secrets.token_hex(12),
             "object": "refund",
             "amount": amount,
@@ -299,15 +420,13 @@ class FakeStripe:
             "charge": intent.charge,
             "created": int(time.time()),
             "currency": intent.currency,
-            "metadata": {k[len("metadata["):-1]: v for k, v in params.items() if k.startswith("metadata[")},
+            "failure_reason": "lost_or_stolen_card" if status == "failed" else None,
+            "metadata": metadata,
             "payment_intent": intent.id,
-            "reason": params.get("reason"),
-            "status": self.refund_status,
+            "pending_reason": "processing" if status == "pending" else None,
+            "reason": reason,
+            "status": status,
         }
-        if self.refund_status not in ("failed", "canceled"):
-            intent.refunded += amount
-        self.refunds.append(refund)
-        return 200, refund
 
     def _intent_for(self, params: dict[str, str]) -> PaymentIntent | None:
         if "payment_intent" in params:
