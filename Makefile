@@ -23,9 +23,13 @@ browser-deps:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
-# The demo's values, asked for explicitly: the settings themselves never fall back to them.
+# The demo's values, asked for explicitly: the settings themselves never fall back to them. The audit
+# log's signing key is generated once (.audit-signing-key, never printed) and kept, so that the tree heads
+# signed in earlier runs still verify.
 run: export DEMO := 1
-run: $(STAMP)
+run: export AUDIT_SIGNING_KEY = $(shell cat .audit-signing-key)
+run: export AUDIT_CHECKPOINT_FILE ?= .audit-checkpoints.jsonl
+run: $(STAMP) .audit-signing-key
 	$(PY) manage.py migrate --noinput
 	@$(PY) manage.py seed_demo > .demo-seed.log || { cat .demo-seed.log; echo "Seeding the demo failed; 'make demo-reset' starts over."; exit 1; }
 	@cat .demo-seed.log
@@ -39,9 +43,12 @@ run: $(STAMP)
 	@echo
 	$(PY) manage.py runserver $(HOST):$(PORT)
 
+.audit-signing-key:
+	@umask 077; $(PYTHON) -c "import base64, os; print(base64.b64encode(os.urandom(32)).decode())" > $@
+
 # Start the demo over: a new database, loaded afresh by the next `make run`.
 demo-reset:
-	rm -f db.sqlite3 .demo-seed.log
+	rm -f db.sqlite3 .demo-seed.log .audit-checkpoints.jsonl
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -7,7 +7,6 @@ from django.db.models import F
 
 from approvals.models import Preview
 from approvals.rows import fetch_one, insert_rows
-from approvals.services import update_fields_at_commit
 from approvals.shop_import import ShopDataInvalid
 
 from .gateways import payment_gateway
@@ -81,7 +80,7 @@ def refund_find(*, preview: Preview) -> dict[str, Any] | None:
 
 def refund_record(*, preview: Preview, order: Order, refund_id: str) -> dict[str, Any]:
     """Write the paid refund to the ledger and the order. Runs under the engine's locks, in its audited
-    transaction: the order's update goes with the audit append (nothing reads the order again before)."""
+    transaction."""
     insert_rows([
         Refund(
             order=order,
@@ -94,7 +93,7 @@ def refund_record(*, preview: Preview, order: Order, refund_id: str) -> dict[str
     ])
     order.refunded_minor += preview.amount_minor
     order.version += 1
-    update_fields_at_commit(order, ["refunded_minor", "version", "updated_at"])
+    order.save(update_fields=["refunded_minor", "version", "updated_at"])
     return {
         "refund_id": refund_id,
         "order_id": order.number,
