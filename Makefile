@@ -66,8 +66,10 @@ clean:
 # `make bench` (about 8 minutes) and `make bench-quick` (under 2): the gateway's speed against floors
 # measured in the same run (docs/benchmarks.md). PostgreSQL and Redis come from DATABASE_URL and
 # REDIS_URL (the local ones by default); the run creates a database of its own and drops it after.
-# It starts gunicorn (config/gunicorn.conf.py) and two Celery workers, drives them with wrk and
-# pgbench, prints a Markdown table and writes a JSON result to bench/results/.
+# It starts gunicorn (config/gunicorn.conf.py) twice (the gateway, and the bare floor), two Celery workers
+# and the audit sealer, drives them with wrk, pgbench and the open-loop generator (bench/open_loop.py,
+# the standard library's asyncio: nothing to install; vegeta and k6 are not in the registries here),
+# prints a Markdown table and writes a JSON result to bench/results/.
 bench-deps:
 	@command -v wrk >/dev/null 2>&1 && command -v pgbench >/dev/null 2>&1 || { \
 	  echo "Installing Debian's wrk and pgbench (in the postgresql package) for the benchmark"; \
