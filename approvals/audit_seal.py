@@ -181,14 +181,17 @@ def _seal_batch_locked(key: Ed25519PrivateKey, batch_size: int) -> int:
             ~Exists(AuditLeaf.objects.filter(record_id=OuterRef("pk")))
         ).order_by("transaction_id", "id")
     else:
-        horizon = 0
+        horizon, own = 0, None
         last = AuditLeaf.objects.aggregate(last=Max("record_id"))["last"] or 0
         candidates = candidates.filter(pk__gt=last).order_by("id")
     records = list(candidates[:batch_size])
     if not records:
         return 0
-    if postgres and len(records) == batch_size:
-        horizon = records[-1].transaction_id  # the rest, from this transaction on, go in the next batch
+    if postgres:
+        if len(records) == batch_size:
+            horizon = records[-1].transaction_id  # the rest, from this transaction on, go in the next batch
+        if own is not None:
+            horizon = min(horizon, own)  # this transaction may still add records: later seals look again
     tree = _tree_at(head)
     leaves = [
         AuditLeaf(index=size + offset, record_id=record.pk, leaf_hash=leaf_hash(record_content(record)).hex())

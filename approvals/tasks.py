@@ -67,13 +67,26 @@ def deliver_audit_checkpoint(self, url: str, checkpoint: dict, **kwargs) -> None
 
     from .audit_seal import checkpoint_webhook_request
 
+    import time
+
+    from . import metrics
+
     body, headers = checkpoint_webhook_request(url, checkpoint)
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    started = time.monotonic()
     try:
         with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310 - configured https URLs
             response.read()
     except (urllib.error.URLError, OSError) as error:
-        if self.request.is_eager or self.request.retries >= self.max_retries:
+        will_retry = not (self.request.is_eager or self.request.retries >= self.max_retries)
+        if isinstance(error, urllib.error.HTTPError):
+            reason = "http_4xx" if error.code < 500 else "http_5xx"
+        else:
+            reason = "timeout" if isinstance(getattr(error, "reason", error), TimeoutError) else "connection"
+        metrics.webhook_failed("audit_checkpoint", reason=reason, seconds=time.monotonic() - started,
+                               will_retry=will_retry)
+        if not will_retry:
             logger.warning("Audit checkpoint %s not delivered to %s: %s", checkpoint.get("size"), url, error)
             return
         raise self.retry(exc=error, countdown=min(60, 2**self.request.retries)) from error
+    metrics.webhook_delivered("audit_checkpoint", seconds=time.monotonic() - started)
