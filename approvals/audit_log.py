@@ -226,7 +226,7 @@ def receipt_check(receipt: Any, public_key: Ed25519PublicKey) -> ReceiptCheck:
                 verify_inclusion(leaf_hash(content), root, proof)
             except InvalidProof as error:
                 problems.append(f"{where} is not in the signed tree ({error})")
-    except (KeyError, TypeError, ValueError, AttributeError, AuditEncodingError) as error:
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, AuditEncodingError) as error:
         problems.append(f"malformed receipt: {error!r}")
         return ReceiptCheck(False, tuple(problems), 0)
     return ReceiptCheck(not problems, tuple(problems), len(records))

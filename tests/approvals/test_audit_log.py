@@ -421,3 +421,13 @@ def test_postgres_refuses_to_change_what_a_preview_proposes(some_history):
     Preview.objects.filter(pk=preview.pk).update(status="declined")  # its status may move on
     assert Preview.objects.get(pk=preview.pk).amount_minor == 500
     assert connection.vendor == "postgresql"
+
+
+def test_a_malformed_signing_key_fails_the_system_check_without_showing_it(settings):
+    from approvals.checks import audit_signing_key_check
+
+    assert audit_signing_key_check(None) == []
+    settings.AUDIT_SIGNING_KEY = "c2VjcmV0LWJ1dC10b28tc2hvcnQ="
+    (error,) = audit_signing_key_check(None)
+    assert error.id == "approvals.E001" and "32 bytes" in error.msg
+    assert settings.AUDIT_SIGNING_KEY not in error.msg and "c2VjcmV0" not in error.msg
