@@ -52,7 +52,7 @@ async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, 
     if not status_line:
         raise ConnectionError("connection closed")
     status = int(status_line.split()[1])
-    length, keep_alive = 0, True
+    length, keep_alive = 0, status_line.startswith(b"HTTP/1.1")
     while True:
         line = await reader.readline()
         if line in (b"\r\n", b"\n", b""):
@@ -61,8 +61,8 @@ async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, 
         name, value = name.strip().lower(), value.strip().lower()
         if name == "content-length":
             length = int(value)
-        elif name == "connection" and value == "close":
-            keep_alive = False
+        elif name == "connection":
+            keep_alive = value == "keep-alive" or (keep_alive and value != "close")
     if length:
         await reader.readexactly(length)
     return status, keep_alive
