@@ -46,7 +46,7 @@ def _flush_past_the_audit_truncate_trigger():
     DatabaseOperations.sql_flush = original
 
 
-def seal_all(timeout: float = 15.0) -> int:
+def seal_all(timeout: float = 30.0) -> int:
     """Seal every audit record there is. On PostgreSQL a record is sealed once no older transaction on
     the server is still running: other test runs on the same server may hold a seal back a moment."""
     import time
