@@ -21,6 +21,7 @@ from approvals.audit_log import (
     public_key_text,
     record_content,
     sign_tree_head,
+    tree_head_message,
     tree_head_signature_valid,
 )
 from approvals.audit_seal import audit_seal, public_key
@@ -108,7 +109,9 @@ def test_a_tree_head_signature_covers_size_root_and_time():
     for changed in ({"size": 2}, {"root_hash": "cd" * 32}, {"timestamp": 1}):
         assert not tree_head_signature_valid(key.public_key(), {**head, **changed})
     assert not tree_head_signature_valid(Ed25519PrivateKey.generate().public_key(), head)
-    assert LOG_ID in rfc8785.dumps({"log": LOG_ID}).decode()
+    # What is signed names the log, so that a signature made for another log's head does not fit this one.
+    assert tree_head_message(**{k: head[k] for k in ("size", "root_hash", "timestamp")}) == (
+        '{"log":"%s","root_hash":"%s","size":3,"timestamp":1700000000000}' % (LOG_ID, "ab" * 32)).encode()
 
 
 # Sealing ------------------------------------------------------------------------------------------
