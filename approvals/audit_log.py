@@ -230,3 +230,34 @@ def receipt_check(receipt: Any, public_key: Ed25519PublicKey) -> ReceiptCheck:
         problems.append(f"malformed receipt: {error!r}")
         return ReceiptCheck(False, tuple(problems), 0)
     return ReceiptCheck(not problems, tuple(problems), len(records))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m approvals.audit_log RECEIPT --public-key KEY`: the same check as `manage.py verify_receipt`
+    without Django or its settings, for a shop that has only this file's dependencies."""
+    import argparse
+    import json
+    import sys
+
+    parser = argparse.ArgumentParser(description="Check an audit receipt with the audit public key alone.")
+    parser.add_argument("file", metavar="FILE")
+    parser.add_argument("--public-key", metavar="KEY", required=True,
+                        help="base64 of the key's 32 bytes, or a file holding it")
+    args = parser.parse_args(argv)
+    try:
+        key = public_key_from(args.public_key)
+        with open(args.file, encoding="utf-8") as opened:
+            receipt = json.load(opened)
+    except (OSError, ValueError) as error:
+        print(f"Can't check the receipt: {error}.", file=sys.stderr)
+        return 1
+    check = receipt_check(receipt, key)
+    for problem in check.problems:
+        print(f"INVALID: {problem}.", file=sys.stderr)
+    if check.valid:
+        print(f"Receipt valid: {check.records} audit records of preview {receipt.get('preview')}.")
+    return 0 if check.valid else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
