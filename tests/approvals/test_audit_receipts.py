@@ -109,16 +109,18 @@ def test_a_receipt_needs_the_agents_token(client, proposed):
 def test_the_receipt_is_checked_without_django_too(alice_agent, proposed, tmp_path):
     import subprocess
     import sys
+    from pathlib import Path
 
+    root = Path(__file__).resolve().parents[2]
     receipt = alice_agent.get(f"/api/agent/previews/{proposed}/receipt").json()
     path = tmp_path / "receipt.json"
     path.write_text(json.dumps(receipt))
     env = {"PATH": "/usr/bin:/bin"}  # no DJANGO_SETTINGS_MODULE, no SECRET_KEY, no database
     run = subprocess.run([sys.executable, "-m", "approvals.audit_log", str(path), "--public-key", _public_key_text()],
-                         capture_output=True, text=True, env=env, cwd=str(__import__("pathlib").Path(__file__).parents[2]))
+                         capture_output=True, text=True, env=env, cwd=root)
     assert run.returncode == 0 and "Receipt valid: 2 audit records" in run.stdout, run.stderr
     receipt["records"][0]["record"]["event"] = "declined"
     path.write_text(json.dumps(receipt))
     run = subprocess.run([sys.executable, "-m", "approvals.audit_log", str(path), "--public-key", _public_key_text()],
-                         capture_output=True, text=True, env=env, cwd=str(__import__("pathlib").Path(__file__).parents[2]))
+                         capture_output=True, text=True, env=env, cwd=root)
     assert run.returncode == 1 and "INVALID" in run.stderr
