@@ -21,7 +21,7 @@ from typing import Any
 import rfc8785
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from pymerkle import BaseMerkleTree, InvalidProof, MerkleProof, verify_consistency, verify_inclusion
+from pymerkle import BaseMerkleTree, InclusionProof, InvalidProof, verify_consistency, verify_inclusion
 
 # Signed tree heads name the log they belong to, so that a signature made for one can't be used for another.
 LOG_ID = "approval-gateway-audit/v1"
@@ -104,9 +104,10 @@ class LeafTree(BaseMerkleTree):
 
     def root(self, size: int | None = None) -> bytes:
         size = self.size if size is None else size
-        return EMPTY_ROOT if size == 0 else self.get_state(size)
+        return EMPTY_ROOT if size == 0 else self.get_root(size)
 
     def inclusion_proof(self, index: int, size: int) -> dict[str, Any]:
+        """pymerkle's serialised inclusion proof of leaf `index` (from 0) in the tree of `size` leaves."""
         return self.prove_inclusion(index + 1, size).serialize()
 
     def consistency_holds(self, size1: int, size2: int) -> bool:
@@ -115,7 +116,8 @@ class LeafTree(BaseMerkleTree):
             return True
         proof = self.prove_consistency(size1, size2)
         try:
-            verify_consistency(self.root(size1), self.root(size2), proof)
+            verify_consistency(self.root(size1), self.root(size2), proof, prior_size=size1, later_size=size2,
+                               algorithm="sha256")
         except InvalidProof:
             return False
         return True
@@ -218,12 +220,10 @@ def receipt_check(receipt: Any, public_key: Ed25519PublicKey) -> ReceiptCheck:
             if not 0 <= index < size:
                 problems.append(f"{where} lies outside the tree of {size} leaves")
                 continue
-            proof = MerkleProof.deserialize(entry["inclusion_proof"])
-            if proof.size != size or proof.algorithm != "sha256" or not proof.security:
-                problems.append(f"{where}: the proof is not for this tree head")
-                continue
             try:
-                verify_inclusion(leaf_hash(content), root, proof)
+                # The proof must be for this leaf index in this tree size (pymerkle checks its layout too).
+                proof = InclusionProof.deserialize(entry["inclusion_proof"])
+                verify_inclusion(leaf_hash(content), root, proof, index=index + 1, size=size, algorithm="sha256")
             except InvalidProof as error:
                 problems.append(f"{where} is not in the signed tree ({error})")
     except (KeyError, IndexError, TypeError, ValueError, AttributeError, AuditEncodingError) as error:

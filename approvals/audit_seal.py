@@ -337,6 +337,9 @@ def _has_leaf(record: AuditRecord) -> bool:
 # Verification ------------------------------------------------------------------------------------
 
 
+NO_KEY = "no public key to check {what} with: set AUDIT_SIGNING_KEY or give --public-key"
+
+
 @dataclass(frozen=True)
 class AuditProblem:
     message: str
@@ -408,7 +411,7 @@ def _check_heads(tree: LeafTree, key: Ed25519PublicKey | None, summary: AuditSum
         summary.heads += 1
         trusted_from = previous.size if previous else 0
         if key is None:
-            return AuditProblem("no public key to check the tree heads with: set AUDIT_SIGNING_KEY or give --public-key")
+            return AuditProblem(NO_KEY.format(what="the tree heads"))
         if not tree_head_signature_valid(key, head.as_checkpoint()):
             return AuditProblem(
                 f"tree head of size {head.size} is not signed by the audit key: leaves {trusted_from} to "
@@ -443,7 +446,7 @@ def _check_checkpoints(
     for line, checkpoint in checkpoints:
         summary.checkpoints += 1
         if key is None:
-            return AuditProblem("no public key to check the checkpoints with: set AUDIT_SIGNING_KEY or give --public-key")
+            return AuditProblem(NO_KEY.format(what="the checkpoints"))
         if not tree_head_signature_valid(key, checkpoint):
             return AuditProblem(f"checkpoint on line {line} is not signed by the audit key")
         size = int(checkpoint["size"])

@@ -62,14 +62,12 @@ def resolve_unknown_executions(**kwargs) -> int:  # type: ignore[no-untyped-def]
 @shared_task(name="approvals.deliver_audit_checkpoint", bind=True, max_retries=5, ignore_result=True)
 def deliver_audit_checkpoint(self, url: str, checkpoint: dict, **kwargs) -> None:  # type: ignore[no-untyped-def]
     """POST one signed tree head to a checkpoint witness (Standard Webhooks), retried with backoff."""
+    import time
     import urllib.error
     import urllib.request
 
-    from .audit_seal import checkpoint_webhook_request
-
-    import time
-
     from . import metrics
+    from .audit_seal import checkpoint_webhook_request
 
     body, headers = checkpoint_webhook_request(url, checkpoint)
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")

@@ -102,7 +102,7 @@ async def run_open_loop(
                 connection = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
                 opened += 1
             status, keep = await asyncio.wait_for(_exchange(*connection, request), timeout)
-        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError, IndexError):
+        except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError, IndexError):
             status, keep = 0, False
         latencies.append((loop.time() - scheduled) * 1000)
         statuses[str(status)] = statuses.get(str(status), 0) + 1

@@ -501,7 +501,10 @@ def measure_seal_lag(since: datetime) -> dict[str, Any]:
     with connection.cursor() as cursor:
         cursor.execute(SEAL_LAG_SQL, [since])
         count, p50, p95, p99, worst = cursor.fetchone()
-    as_ms = (lambda value: None if value is None else round(float(value) * 1000, 1))
+
+    def as_ms(value: Any) -> float | None:
+        return None if value is None else round(float(value) * 1000, 1)
+
     return {"records": count, "p50_ms": as_ms(p50), "p95_ms": as_ms(p95), "p99_ms": as_ms(p99), "max_ms": as_ms(worst)}
 
 
@@ -793,8 +796,10 @@ def _run(profile: Profile, phases: set[str], database: Database, processes: Proc
     python = str(VENV_BIN / "python")
     processes.start("gunicorn", [python, "-m", "gunicorn", "-c", "config/gunicorn.conf.py", "config.wsgi:application"])
     bare_port = free_port()
-    processes.start("gunicorn-bare", [python, "-m", "gunicorn", "-c", "config/gunicorn.conf.py", "config.wsgi:application"],
-                    extra_env={"DJANGO_SETTINGS_MODULE": "bench.bare_settings", "GUNICORN_BIND": f"127.0.0.1:{bare_port}"})
+    processes.start(
+        "gunicorn-bare", [python, "-m", "gunicorn", "-c", "config/gunicorn.conf.py", "config.wsgi:application"],
+        extra_env={"DJANGO_SETTINGS_MODULE": "bench.bare_settings", "GUNICORN_BIND": f"127.0.0.1:{bare_port}"},
+    )
     processes.start("sealer", [python, "manage.py", "seal_audit", "--loop"])
     for i in (1, 2):
         processes.start(f"worker{i}", [python, "-m", "celery", "-A", "config", "worker", "--concurrency=1",

@@ -24,8 +24,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ..audit_seal import audit_seal, preview_receipt
 from ..arguments import StrictCharField, StrictIntegerField, StrictSerializer, input_json_schema
+from ..audit_seal import audit_seal, preview_receipt
 from ..digests import digest_of
 from ..errors import ApplicationError
 from ..models import AuditEvent, Preview, RejectedCallKind

@@ -111,7 +111,7 @@ def test_a_tree_head_signature_covers_size_root_and_time():
     assert not tree_head_signature_valid(Ed25519PrivateKey.generate().public_key(), head)
     # What is signed names the log, so that a signature made for another log's head does not fit this one.
     assert tree_head_message(**{k: head[k] for k in ("size", "root_hash", "timestamp")}) == (
-        '{"log":"%s","root_hash":"%s","size":3,"timestamp":1700000000000}' % (LOG_ID, "ab" * 32)).encode()
+        f'{{"log":"{LOG_ID}","root_hash":"{"ab" * 32}","size":3,"timestamp":1700000000000}}').encode()
 
 
 # Sealing ------------------------------------------------------------------------------------------

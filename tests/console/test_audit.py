@@ -127,7 +127,8 @@ def test_staff_download_a_previews_audit_receipt(reviewer_client, awaiting_staff
     assert response["Content-Disposition"] == f'attachment; filename="audit-receipt-{awaiting_staff.pk}.json"'
     receipt = json.loads(response.content)
     events = [entry["record"]["event"] for entry in receipt["records"]]
-    assert events == list(AuditRecord.objects.filter(preview=awaiting_staff).order_by("id").values_list("event", flat=True))
+    stored = AuditRecord.objects.filter(preview=awaiting_staff).order_by("id").values_list("event", flat=True)
+    assert events == list(stored)
     assert receipt_check(receipt, public_key()).valid
     path = tmp_path / "receipt.json"
     path.write_bytes(response.content)

@@ -55,4 +55,6 @@ class Command(BaseCommand):
         with transaction.atomic(), connection.cursor() as cursor:
             for statement in app_role_grants(role, schema):
                 cursor.execute(statement)
-        self.stdout.write(f"{role}: read and write on the application's tables, INSERT and SELECT only on the audit log.")
+        self.stdout.write(
+            f"{role}: read and write on the application's tables, INSERT and SELECT only on the audit log."
+        )
