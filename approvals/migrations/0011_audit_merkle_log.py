@@ -51,12 +51,12 @@ def drop_append_function(apps, schema_editor):
 
 def install_triggers(apps, schema_editor):
     if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(TRIGGERS_SQL)
+        schema_editor.execute(TRIGGERS_SQL, None)
 
 
 def drop_triggers(apps, schema_editor):
     if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(DROP_TRIGGERS_SQL)
+        schema_editor.execute(DROP_TRIGGERS_SQL, None)
 
 
 class Migration(migrations.Migration):

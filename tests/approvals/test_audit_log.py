@@ -27,7 +27,7 @@ from approvals.audit_log import (
 from approvals.audit_seal import audit_seal, public_key
 from approvals.models import AuditEvent, AuditLeaf, AuditRecord, AuditTreeHead, Preview
 from approvals.services import audit_record
-from tests.conftest import propose, tampering
+from tests.conftest import propose, seal_all, tampering
 
 
 def _run(command, *args):
@@ -59,10 +59,10 @@ def _checkpoints_file(tmp_path):
 @pytest.fixture
 def some_history(alice_agent, o12, ord4417):
     propose(alice_agent, order_id="o-12", amount_minor=500, reason="damaged")
-    audit_seal()  # a first tree head
+    seal_all()  # a first tree head
     propose(alice_agent, order_id="ORD-4417", amount_minor=24990, reason="damaged")
     propose(alice_agent, order_id="o-99", amount_minor=1, reason="late")
-    audit_seal()
+    seal_all()
     return list(AuditRecord.objects.select_related("leaf").order_by("leaf__index"))
 
 
@@ -316,6 +316,8 @@ def test_a_deleted_record_whose_leaf_stays_is_reported(some_history):
         _delete_record(target.pk)
     code, output = _verify()
     assert code == 1 and f"record {target.pk} of leaf 1 is missing" in output, output
+    with tampering():  # the test's own end checks the leaf's deferred foreign key
+        AuditLeaf.objects.filter(pk=1).delete()
 
 
 def test_a_removed_tail_is_reported_by_the_tree_heads(some_history):
@@ -383,8 +385,8 @@ def test_verify_audit_checks_with_a_public_key_given(some_history, tmp_path):
 # The database refuses what it can -------------------------------------------------------------------
 
 
-@pytest.mark.postgres
-def test_postgres_refuses_update_delete_and_truncate_of_the_audit_tables(some_history):
+@pytest.mark.postgres  # committed rows: in a test's own transaction TRUNCATE is refused for its pending FK checks
+def test_postgres_refuses_update_delete_and_truncate_of_the_audit_tables(transactional_db, some_history):
     target = some_history[0]
     for attempt in (
         lambda: AuditRecord.objects.filter(pk=target.pk).update(result={"forged": True}),
@@ -405,7 +407,8 @@ def test_postgres_refuses_update_delete_and_truncate_of_the_audit_tables(some_hi
 
 
 @pytest.mark.postgres
-def test_a_truncate_with_the_triggers_off_is_found_by_the_published_checkpoints(some_history, tmp_path):
+def test_a_truncate_with_the_triggers_off_is_found_by_the_published_checkpoints(transactional_db, some_history,
+                                                                               tmp_path):
     checkpoints = _checkpoints_file(tmp_path)
     with tampering(), connection.cursor() as cursor:
         cursor.execute("TRUNCATE approvals_audittreehead, approvals_auditleaf, approvals_auditrecord")
