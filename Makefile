@@ -27,7 +27,7 @@ browser-deps:
 # log's signing key is generated once (.audit-signing-key, never printed) and kept, so that the tree heads
 # signed in earlier runs still verify.
 run: export DEMO := 1
-run: export AUDIT_SIGNING_KEY = $(shell cat .audit-signing-key)
+run: export AUDIT_SIGNING_KEY = $(shell cat .audit-signing-key 2>/dev/null)
 run: export AUDIT_CHECKPOINT_FILE ?= .audit-checkpoints.jsonl
 run: $(STAMP) .audit-signing-key
 	$(PY) manage.py migrate --noinput
