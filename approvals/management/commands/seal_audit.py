@@ -31,6 +31,8 @@ class Command(BaseCommand):
         stopping = []
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stopping.append(True))
+        self.stdout.write(f"Sealing committed audit records every {interval} s until TERM.")
+        self.stdout.flush()
         while not stopping:
             close_old_connections()
             try:
