@@ -23,9 +23,13 @@ browser-deps:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
-# The demo's values, asked for explicitly: the settings themselves never fall back to them.
+# The demo's values, asked for explicitly: the settings themselves never fall back to them. The audit
+# log's signing key is generated once (.audit-signing-key, never printed) and kept, so that the tree heads
+# signed in earlier runs still verify.
 run: export DEMO := 1
-run: $(STAMP)
+run: export AUDIT_SIGNING_KEY = $(shell cat .audit-signing-key 2>/dev/null)
+run: export AUDIT_CHECKPOINT_FILE ?= .audit-checkpoints.jsonl
+run: $(STAMP) .audit-signing-key
 	$(PY) manage.py migrate --noinput
 	@$(PY) manage.py seed_demo > .demo-seed.log || { cat .demo-seed.log; echo "Seeding the demo failed; 'make demo-reset' starts over."; exit 1; }
 	@cat .demo-seed.log
@@ -39,9 +43,12 @@ run: $(STAMP)
 	@echo
 	$(PY) manage.py runserver $(HOST):$(PORT)
 
+.audit-signing-key:
+	@umask 077; $(PYTHON) -c "import base64, os; print(base64.b64encode(os.urandom(32)).decode())" > $@
+
 # Start the demo over: a new database, loaded afresh by the next `make run`.
 demo-reset:
-	rm -f db.sqlite3 .demo-seed.log
+	rm -f db.sqlite3 .demo-seed.log .audit-checkpoints.jsonl
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -59,8 +66,10 @@ clean:
 # `make bench` (about 8 minutes) and `make bench-quick` (under 2): the gateway's speed against floors
 # measured in the same run (docs/benchmarks.md). PostgreSQL and Redis come from DATABASE_URL and
 # REDIS_URL (the local ones by default); the run creates a database of its own and drops it after.
-# It starts gunicorn (config/gunicorn.conf.py) and two Celery workers, drives them with wrk and
-# pgbench, prints a Markdown table and writes a JSON result to bench/results/.
+# It starts gunicorn (config/gunicorn.conf.py) twice (the gateway, and the bare floor), two Celery workers
+# and the audit sealer, drives them with wrk, pgbench and the open-loop generator (bench/open_loop.py,
+# the standard library's asyncio: nothing to install; vegeta and k6 are not in the registries here),
+# prints a Markdown table and writes a JSON result to bench/results/.
 bench-deps:
 	@command -v wrk >/dev/null 2>&1 && command -v pgbench >/dev/null 2>&1 || { \
 	  echo "Installing Debian's wrk and pgbench (in the postgresql package) for the benchmark"; \

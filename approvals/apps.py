@@ -6,6 +6,7 @@ class ApprovalsConfig(AppConfig):
     verbose_name = "Approvals engine"
 
     def ready(self) -> None:
+        from . import checks  # noqa: F401  (registers the system checks)
         from .api import schema  # noqa: F401  (registers the OpenAPI auth extension)
         from .people import (
             CustomerImportSerializer,

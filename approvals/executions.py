@@ -66,7 +66,6 @@ from .services import (
     _audited_transaction,
     _preview_digest,
     audit_record,
-    update_fields_at_commit,
 )
 from .transitions import preview_transitioned
 
@@ -196,7 +195,7 @@ def execution_transition(
     if effect is not None:
         execution.effect = effect
     execution.code, execution.detail = code, detail
-    update_fields_at_commit(execution, EXECUTION_FIELDS)
+    update_fields(execution, EXECUTION_FIELDS)
 
     status = preview_status_for(to, code)
     previous_status = preview.status
@@ -207,7 +206,7 @@ def execution_transition(
     if to == Outcome.SUCCEEDED:
         preview.result, preview.executed_at = result, now
         fields += ["result", "executed_at"]
-    update_fields_at_commit(preview, fields)
+    update_fields(preview, fields)
     preview_transitioned(preview, previous_status)
 
     if to not in (Outcome.PENDING, Outcome.IN_PROGRESS, Outcome.SUCCEEDED):
@@ -336,7 +335,7 @@ def _check_and_reserve(preview: Preview, execution: Execution, action: Action, t
                              detail=reason, facts=facts)
         return None
     execution.effect_possible = True
-    update_fields_at_commit(execution, ["effect_possible", "updated_at"])
+    update_fields(execution, ["effect_possible", "updated_at"])
     return subject
 
 
@@ -571,7 +570,7 @@ def execution_attempt_failed(
                 seconds=retry_in + settings.EXECUTION_LEASE_SECONDS
             )
             execution.detail = str(error)[:500]
-            update_fields_at_commit(execution, ["effect_possible", "lease_expires_at", "detail", "updated_at"])
+            update_fields(execution, ["effect_possible", "lease_expires_at", "detail", "updated_at"])
             audit_record(event=AuditEvent.EXECUTION_ATTEMPT_FAILED, preview=preview, result=facts)
             return
         audit_record(event=AuditEvent.EXECUTION_ATTEMPT_FAILED, preview=preview, result=facts)

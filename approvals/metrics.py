@@ -301,6 +301,25 @@ class PipelineCollector:
         yield from (up, count, oldest)
 
 
+class AuditSealCollector:
+    """How long the oldest audit record not yet sealed into the signed Merkle tree has waited (0 when all
+    are): a sealer that is down or held back by a long transaction shows here (docs/audit.md)."""
+
+    def collect(self) -> Iterator[Any]:
+        from .audit_seal import seal_lag_seconds
+
+        lag = GaugeMetricFamily(
+            "gateway_audit_seal_lag_seconds",
+            "Age of the oldest audit record not yet sealed under a signed tree head; 0 when every record is.",
+        )
+        try:
+            lag.add_metric([], seal_lag_seconds())
+        except DatabaseError:
+            logger.warning("Could not read the audit seal lag for /metrics", exc_info=True)
+            return
+        yield lag
+
+
 class _Scrape:
     def __init__(self, *collectors: Any) -> None:
         self.collectors = collectors
@@ -322,7 +341,9 @@ def _process_metrics() -> Any:
 def exposition(*, pipeline: bool = True) -> bytes:
     """The Prometheus text format. `pipeline`: with the gauges computed from the database (the web
     serves them; a worker's exporter leaves them out, so that they are not reported twice)."""
-    collectors = (_process_metrics(), PipelineCollector()) if pipeline else (_process_metrics(),)
+    collectors = (
+        (_process_metrics(), PipelineCollector(), AuditSealCollector()) if pipeline else (_process_metrics(),)
+    )
     return generate_latest(_Scrape(*collectors))
 
 

@@ -3,6 +3,7 @@ import uuid
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 
 class AgentSession(models.Model):
@@ -228,17 +229,30 @@ class AuditEvent(models.TextChoices):
     STANDING_APPROVAL_REFUSED = "standing_approval_refused"
 
 
-class AuditRecord(models.Model):
-    """Append-only: rows are only ever inserted (on PostgreSQL a trigger refuses UPDATE and DELETE).
+class CurrentTransactionId(models.Func):
+    """The inserting transaction's id on PostgreSQL (`pg_current_xact_id()`, 64 bits, never wraps);
+    0 on other databases. The sealer seals a record once no transaction that might commit before it is
+    still running (approvals.audit_seal)."""
 
-    Each record carries the hash of the one before it, so an edited or removed row breaks the chain
-    (`manage.py verify_audit`).
+    output_field = models.BigIntegerField()
+
+    def as_sql(self, compiler, connection, **extra_context):  # type: ignore[no-untyped-def]
+        return "0", []
+
+    def as_postgresql(self, compiler, connection, **extra_context):  # type: ignore[no-untyped-def]
+        return "(pg_current_xact_id()::text::bigint)", []
+
+
+class AuditRecord(models.Model):
+    """Append-only: rows are only ever inserted, each by a plain INSERT in the audited transaction
+    (on PostgreSQL triggers refuse UPDATE, DELETE and TRUNCATE).
+
+    The sealer makes each committed record a leaf of the audit Merkle tree (AuditLeaf) and signs the
+    tree's heads (AuditTreeHead); `manage.py verify_audit` checks records, leaves and heads.
     """
 
-    sequence = models.PositiveBigIntegerField(unique=True)
-    previous_hash = models.CharField(max_length=64)
-    record_hash = models.CharField(max_length=64)
-    created_at = models.DateTimeField(db_index=True)
+    created_at = models.DateTimeField(db_index=True, default=timezone.now)
+    transaction_id = models.BigIntegerField(db_default=CurrentTransactionId(), editable=False)
     event = models.CharField(max_length=32, choices=AuditEvent.choices)
     action = models.CharField(max_length=64, blank=True)
     preview = models.ForeignKey(
@@ -260,22 +274,50 @@ class AuditRecord(models.Model):
 
     class Meta:
         ordering = ["id"]
-        indexes = [models.Index(fields=["subject_type", "subject_id"])]
+        indexes = [
+            models.Index(fields=["subject_type", "subject_id"]),
+            models.Index(fields=["transaction_id", "id"], name="auditrecord_seal_order"),
+        ]
         permissions = [("export_auditrecord", "Can read and export the whole audit log")]
 
     def __str__(self) -> str:
         return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.event} {self.subject_id}"
 
 
-class AuditChainHead(models.Model):
-    """The chain's last link. Locking this one row puts audit records in one order."""
+class AuditLeaf(models.Model):
+    """A sealed record's place in the audit Merkle tree: leaf `index` (from 0) is the RFC 9162 leaf hash
+    of the record's canonical encoding (approvals.audit_log). Written once, by the sealer."""
 
-    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
-    sequence = models.PositiveBigIntegerField(default=0)
-    record_hash = models.CharField(max_length=64, default="")
+    index = models.BigIntegerField(primary_key=True)
+    record = models.OneToOneField(AuditRecord, on_delete=models.PROTECT, related_name="leaf")
+    leaf_hash = models.CharField(max_length=64)
 
     def __str__(self) -> str:
-        return f"audit chain at {self.sequence}"
+        return f"leaf {self.index}"
+
+
+class AuditTreeHead(models.Model):
+    """A signed tree head: the tree of the first `size` leaves has root `root_hash`, signed (Ed25519,
+    AUDIT_SIGNING_KEY) with the time in milliseconds. Published as a checkpoint outside the database."""
+
+    size = models.BigIntegerField(primary_key=True)
+    root_hash = models.CharField(max_length=64)
+    timestamp = models.BigIntegerField(help_text="Milliseconds since 1970, as signed.")
+    signature = models.CharField(max_length=100)
+    public_key = models.CharField(max_length=64)
+    horizon = models.BigIntegerField(
+        default=0, help_text="PostgreSQL: records of transactions below this id were all sealed by this head."
+    )
+
+    class Meta:
+        ordering = ["size"]
+
+    def __str__(self) -> str:
+        return f"tree head {self.size}"
+
+    def as_checkpoint(self) -> dict:
+        return {"size": self.size, "root_hash": self.root_hash, "timestamp": self.timestamp,
+                "signature": self.signature, "public_key": self.public_key}
 
 
 class IdempotencyRecord(models.Model):

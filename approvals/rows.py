@@ -11,7 +11,7 @@ once per process. Values always travel as parameters. Use the ORM everywhere els
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from functools import cache
 from typing import Any, TypeVar
 
@@ -51,22 +51,6 @@ def statement_cursor() -> Iterator[Any]:
             yield cursor
         finally:
             cursor.close()
-
-
-def one_round_trip() -> Any:
-    """Send the statements executed inside the block together (a psycopg pipeline on PostgreSQL; on
-    other databases one after the other). Read their results after the block: inside it, a fetch waits
-    for the server and splits the trip. An error in any of them is raised when the block ends."""
-    if connection.vendor != "postgresql":
-        return nullcontext()
-    connection.ensure_connection()
-    return _pipeline()
-
-
-@contextmanager
-def _pipeline() -> Iterator[None]:
-    with connection.wrap_database_errors, connection.connection.pipeline():
-        yield
 
 
 @cache
@@ -144,17 +128,11 @@ def _update_statement(model: type[Model], names: tuple[str, ...]) -> tuple[str, 
     return f"UPDATE {_quoted(meta.db_table)} SET {assignments} WHERE {_quoted(meta.pk.column)} = %s", fields
 
 
-def update_statement(instance: Model, names: Sequence[str]) -> tuple[str, list[Any]]:
-    """The UPDATE of the named fields of a saved instance, and its parameters (update_fields runs it)."""
+def update_fields(instance: Model, names: Sequence[str]) -> None:
+    """UPDATE the named fields of a saved instance, as `save(update_fields=names)` would."""
     sql, fields = _update_statement(type(instance), tuple(names))
     params = [field.get_db_prep_save(field.pre_save(instance, add=False), connection=connection) for field in fields]
     params.append(instance._meta.pk.get_db_prep_value(instance.pk, connection))
-    return sql, params
-
-
-def update_fields(instance: Model, names: Sequence[str]) -> None:
-    """UPDATE the named fields of a saved instance, as `save(update_fields=names)` would."""
-    sql, params = update_statement(instance, names)
     with statement_cursor() as cursor:
         cursor.execute(sql, params)
 

@@ -1,8 +1,8 @@
 """Write services of the approvals engine: agent sessions, proposals, approvals, execution, audit.
 
 Each service owns its transaction. Rows are locked in one order everywhere: the preview, then
-its subject (order or invoice), then the audit chain's head (taken by every audit insert, last),
-so that confirmations, decisions and workers cannot deadlock.
+its subject (order or invoice), so that confirmations, decisions and workers cannot deadlock. Audit
+records are plain inserts and lock nothing that another transaction waits for.
 """
 
 from __future__ import annotations
@@ -10,9 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import cache
@@ -25,7 +23,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from . import metrics
-from .audit_chain import GENESIS, audit_record_content, audit_record_fields, audit_record_hash, audit_record_text_parts
+from .audit_log import canonical_bytes
 from .digests import canonical_json, digest_of, sha256_hex
 from .errors import ApplicationError, DecisionError, PolicyRefusal
 from .limits import spend_limits_check
@@ -35,7 +33,6 @@ from .models import (
     AgentSession,
     Approval,
     ApprovalRole,
-    AuditChainHead,
     AuditEvent,
     AuditRecord,
     Execution,
@@ -44,15 +41,7 @@ from .models import (
     PreviewStatus,
 )
 from .registry import Action, registry
-from .rows import (
-    fetch_one,
-    insert_rows,
-    mark_inserted,
-    one_round_trip,
-    statement_cursor,
-    update_fields,
-    update_statement,
-)
+from .rows import fetch_one, insert_rows, update_fields
 from .transitions import preview_transitioned
 
 logger = logging.getLogger(__name__)
@@ -64,169 +53,13 @@ TOKEN_PREFIX = "agt_"
 
 
 def _json_normalized(value: Any) -> Any:
-    """The value as the JSON column will give it back, so that its hash can be recomputed."""
-    return None if value is None else json.loads(canonical_json(value))
-
-
-def _audit_chain_advance(count: int, *, updates: Sequence[tuple[str, list[Any]]] = ()) -> tuple[int, str]:
-    """Lock the chain head and move its sequence on by `count`; returns the sequence and the hash the
-    new records follow. Every audit append waits here, which keeps the chain one line. The `updates`
-    left for the end of the transaction (update_fields_at_commit) are sent first.
-
-    The append in Python, for databases without approvals_audit_append (SQLite, which has one writer).
-    """
-    table, sequence = connection.ops.quote_name(AuditChainHead._meta.db_table), connection.ops.quote_name("sequence")
-    with statement_cursor() as cursor:
-        for sql, params in updates:
-            cursor.execute(sql, params)
-        cursor.execute(
-            f"UPDATE {table} SET {sequence} = {sequence} + %s WHERE id = 1 RETURNING {sequence} - %s, record_hash",
-            [count, count],
-        )
-        row = cursor.fetchone()
-    if row is None:
-        try:
-            with transaction.atomic():
-                AuditChainHead.objects.create(pk=1)
-        except IntegrityError:
-            pass  # created concurrently
-        return _audit_chain_advance(count)
-    return row[0], row[1] or GENESIS
-
-
-class _AuditBuffer(threading.local):
-    """Audit records made inside `audit_at_commit`, per thread (Django's connections are per thread)."""
-
-    records: list[AuditRecord] | None = None
-    updates: list[tuple[str, list[Any]]] | None = None
-    savepoints = 0
-
-
-_audit_buffer = _AuditBuffer()
-
-
-def _open_savepoints() -> int:
-    return sum(1 for sid in connection.savepoint_ids if sid)
-
-
-@contextmanager
-def audit_at_commit(*, commit_with_append: bool = False) -> Iterator[None]:
-    """Append the block's audit records to the chain as its last writes, just before the COMMIT.
-
-    Every audit insert locks the chain head until its transaction commits, so all audited work is
-    serialised for as long as a transaction runs after its first audit record. Inside this block,
-    audit_record keeps the records and they are appended together when the block ends: the head is
-    held only for that append and the COMMIT. Use it as the outermost part of a service's transaction,
-    `with transaction.atomic(), audit_at_commit():`; nested blocks join the outermost one. A record
-    made inside a savepoint opened within the block is written at once instead, since a rollback to
-    that savepoint must take the record with it.
-
-    With `commit_with_append`, for a block directly inside the atomic block that is the whole
-    transaction (`_audited_transaction`), the COMMIT goes to PostgreSQL in the same round trip as the
-    append, so the head's lock is released without waiting on this process again; the atomic block's
-    own commit then finds the transaction committed and has nothing to send.
-    """
-    if _audit_buffer.records is not None:
-        yield
-        return
-    _audit_buffer.records, _audit_buffer.updates, _audit_buffer.savepoints = [], [], _open_savepoints()
-    try:
-        yield
-        records, updates = _audit_buffer.records, _audit_buffer.updates
-    finally:
-        _audit_buffer.records = _audit_buffer.updates = None
-    if records:
-        _audit_append(records, updates=updates, commit=commit_with_append and _atomic_block_will_commit())
-    elif updates:
-        with statement_cursor() as cursor, one_round_trip():
-            for sql, params in updates:
-                cursor.execute(sql, params)
-
-
-def _atomic_block_will_commit() -> bool:
-    """The innermost atomic block is the whole transaction, and Django will commit it when it ends: not
-    nested in another, not marked for rollback, and not begun with autocommit already off (then the
-    caller commits, when it chooses)."""
-    return len(connection.atomic_blocks) == 1 and connection.commit_on_exit and not connection.needs_rollback
-
-
-def _buffering_here() -> bool:
-    """Inside audit_at_commit, and not in a savepoint opened within it."""
-    return _audit_buffer.records is not None and _open_savepoints() == _audit_buffer.savepoints
-
-
-def update_fields_at_commit(instance: Any, names: Sequence[str]) -> None:
-    """rows.update_fields, sent with the audit append at the end of the transaction when inside
-    audit_at_commit: for a write whose answer nothing waits for and that nothing reads again before the
-    COMMIT, this saves its round trip (the values are taken now)."""
-    if _buffering_here():
-        _audit_buffer.updates.append(update_statement(instance, names))
-    else:
-        update_fields(instance, names)
-
-
-def _audit_append(
-    records: list[AuditRecord], *, updates: Sequence[tuple[str, list[Any]]] = (), commit: bool = False
-) -> None:
-    """Link the records to the chain, in order, and insert them: lock the head, insert, move the head.
-
-    On PostgreSQL one call does it all (approvals_audit_append), sent in one round trip with the
-    `updates` left for the end of the transaction and, with `commit`, the COMMIT (see audit_at_commit).
-    """
-    if connection.vendor == "postgresql":
-        _audit_append_in_database(records, updates=updates, commit=commit)
-        return
-    with transaction.atomic(savepoint=False):
-        sequence, previous_hash = _audit_chain_advance(len(records), updates=updates)
-        for record in records:
-            sequence += 1
-            # Stamped under the head's lock, so that times never go backwards along the chain.
-            record.sequence, record.previous_hash, record.created_at = sequence, previous_hash, timezone.now()
-            record.record_hash = audit_record_hash(
-                sequence=sequence, previous_hash=previous_hash, fields=audit_record_fields(record)
-            )
-            previous_hash = record.record_hash
-        insert_rows(records)
-        head = connection.ops.quote_name(AuditChainHead._meta.db_table)
-        with statement_cursor() as cursor:
-            cursor.execute(f"UPDATE {head} SET record_hash = %s WHERE id = 1", [previous_hash])
-
-
-_APPEND_CALL = (
-    "SELECT * FROM approvals_audit_append(%s::text[], %s::text[], %s::uuid[], %s::bigint[], %s::bigint[], "
-    "%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[])"
-)
-
-
-def _audit_append_in_database(
-    records: list[AuditRecord], *, updates: Sequence[tuple[str, list[Any]]], commit: bool
-) -> None:
-    contents = [audit_record_content(record) for record in records]
-    text_parts = [audit_record_text_parts(content) for content in contents]
-
-    def column(name: str) -> list[Any]:
-        return [content[name] for content in contents]
-
-    def json_column(name: str) -> list[str | None]:
-        return [None if value is None else canonical_json(value) for value in column(name)]
-
-    params = [
-        column("event"), column("action"), [record.preview_id for record in records], column("actor"),
-        column("agent_session"), column("subject_type"), column("subject_id"), column("raw_arguments"),
-        json_column("approval_basis"), json_column("result"), *(list(parts) for parts in zip(*text_parts, strict=True)),
-    ]
-    with statement_cursor() as cursor:
-        with one_round_trip():
-            for sql, update_params in updates:
-                cursor.execute(sql, update_params)
-            cursor.execute(_APPEND_CALL, params)
-            if commit:
-                connection.connection.execute("COMMIT", prepare=False)
-        rows = cursor.fetchall()
-    for record, (_pk, sequence, previous_hash, record_hash, created_at) in zip(records, rows, strict=True):
-        record.sequence, record.previous_hash, record.record_hash = sequence, previous_hash, record_hash
-        record.created_at = created_at
-    mark_inserted(records, [row[0] for row in rows])
+    """The value as the JSON column will give it back (dates and decimals as text), checked to have one
+    exact canonical encoding, so that the sealer can always hash the record as stored."""
+    if value is None:
+        return None
+    normalized = json.loads(canonical_json(value))
+    canonical_bytes(normalized)  # raises AuditEncodingError now rather than at sealing
+    return normalized
 
 
 def audit_record(
@@ -242,8 +75,9 @@ def audit_record(
     approval_basis: dict[str, Any] | None = None,
     result: dict[str, Any] | None = None,
 ) -> AuditRecord:
-    """Append one record to the hash-chained audit log, in the caller's transaction (at its end,
-    inside `audit_at_commit`)."""
+    """Append one record to the audit log: a plain INSERT in the caller's transaction, which commits or
+    rolls back with it. No lock is shared with other transactions; the sealer (approvals.audit_seal)
+    adds the record to the signed Merkle tree once it has committed."""
     if preview is not None:
         action = action or preview.action
         subject_type = subject_type or preview.subject_type
@@ -260,18 +94,13 @@ def audit_record(
         approval_basis=_json_normalized(approval_basis),
         result=_json_normalized(result or {}),
     )
-    if _buffering_here():
-        _audit_buffer.records.append(record)
-    else:
-        _audit_append([record])
+    record.save(force_insert=True)
     return record
 
 
-@contextmanager
-def _audited_transaction(*, savepoint: bool = True) -> Iterator[None]:
-    """A service's transaction whose audit records are appended last (see audit_at_commit)."""
-    with transaction.atomic(savepoint=savepoint), audit_at_commit(commit_with_append=True):
-        yield
+def _audited_transaction(*, savepoint: bool = True) -> transaction.Atomic:
+    """A service's transaction (its audit records are inserted in it like any other row)."""
+    return transaction.atomic(savepoint=savepoint)
 
 
 # Agent sessions ------------------------------------------------------------------------------
@@ -608,7 +437,7 @@ def idempotent_call(
         if insert_rows([record], skip_conflicts=True):
             status, body = run()
             record.response_status, record.response_body = status, body
-            update_fields_at_commit(record, ["response_status", "response_body"])
+            update_fields(record, ["response_status", "response_body"])
             return status, body
         # The key is taken: by a committed request, or by one this insert waited for until it committed.
         record = fetch_one(IdempotencyRecord, agent_session_id=agent_session.pk, key=key)
@@ -656,7 +485,7 @@ EXPIRE_BATCH_SIZE = 100
 
 def previews_expire_stale(*, batch_size: int = EXPIRE_BATCH_SIZE) -> int:
     """Expire every preview whose approval window has passed (the periodic sweeper), a small batch per
-    transaction, so that the audit's head and the previews are never held for the whole sweep."""
+    transaction, so that the previews are never held for the whole sweep."""
     count = 0
     while True:
         with _audited_transaction():

@@ -1,5 +1,6 @@
 """Celery is one more interface to the services: tasks take ids and call a service."""
 
+import logging
 import os
 import random
 
@@ -7,6 +8,8 @@ from celery import shared_task
 
 from . import executions, services
 from .errors import TransientExecutionError
+
+logger = logging.getLogger(__name__)
 
 MAX_EXECUTION_RETRIES = 5
 RETRY_BACKOFF_MAX_SECONDS = 600
@@ -54,3 +57,34 @@ def dispatch_stalled_previews(**kwargs) -> int:  # type: ignore[no-untyped-def]
 @shared_task(name="approvals.resolve_unknown_executions")
 def resolve_unknown_executions(**kwargs) -> int:  # type: ignore[no-untyped-def]
     return executions.executions_resolve_unknown()
+
+
+@shared_task(name="approvals.deliver_audit_checkpoint", bind=True, max_retries=5, ignore_result=True)
+def deliver_audit_checkpoint(self, url: str, checkpoint: dict, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    """POST one signed tree head to a checkpoint witness (Standard Webhooks), retried with backoff."""
+    import time
+    import urllib.error
+    import urllib.request
+
+    from . import metrics
+    from .audit_seal import checkpoint_webhook_request
+
+    body, headers = checkpoint_webhook_request(url, checkpoint)
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    started = time.monotonic()
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310 - configured https URLs
+            response.read()
+    except (urllib.error.URLError, OSError) as error:
+        will_retry = not (self.request.is_eager or self.request.retries >= self.max_retries)
+        if isinstance(error, urllib.error.HTTPError):
+            reason = "http_4xx" if error.code < 500 else "http_5xx"
+        else:
+            reason = "timeout" if isinstance(getattr(error, "reason", error), TimeoutError) else "connection"
+        metrics.webhook_failed("audit_checkpoint", reason=reason, seconds=time.monotonic() - started,
+                               will_retry=will_retry)
+        if not will_retry:
+            logger.warning("Audit checkpoint %s not delivered to %s: %s", checkpoint.get("size"), url, error)
+            return
+        raise self.retry(exc=error, countdown=min(60, 2**self.request.retries)) from error
+    metrics.webhook_delivered("audit_checkpoint", seconds=time.monotonic() - started)

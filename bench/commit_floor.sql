@@ -2,8 +2,8 @@
 --
 -- The SQL a refund execution cannot do without, as one transaction and nothing around it: lock the
 -- preview, lock the order, insert the ledger row, update the order and the preview, append one audit
--- record to the hash chain (lock the chain head, insert, move the head). No broker, no worker, no ORM,
--- no gateway call. bench/run.py prepares one approved preview per transaction in bench_commit_floor
+-- record (a plain insert, as the gateway does: the sealer adds it to the Merkle tree later, outside the
+-- transaction). No broker, no worker, no ORM, no gateway call. bench/run.py prepares one approved preview per transaction in bench_commit_floor
 -- (n, preview_id, order_id) and runs it with as many clients as there are workers:
 --
 --   pgbench -n -c 2 -j 2 -t 2000 -f bench/commit_floor.sql <bench database>
@@ -22,16 +22,9 @@ UPDATE approvals_preview
   SET status = 'executed', executed_at = now(), status_changed_at = now(),
       result = jsonb_build_object('refund_id', 'floor_' || :n, 'amount_minor', 500, 'currency', 'EUR')
   WHERE id = (SELECT preview_id FROM bench_commit_floor WHERE n = :n);
-SELECT sequence, record_hash FROM approvals_auditchainhead WHERE id = 1 FOR UPDATE;
-INSERT INTO approvals_auditrecord (sequence, previous_hash, record_hash, created_at, event, action, preview_id,
-                                   subject_type, subject_id, raw_arguments, approval_basis, result)
-  SELECT h.sequence + 1, h.record_hash,
-         encode(sha256(convert_to((h.sequence + 1)::text || h.record_hash || f.preview_id::text, 'UTF8')), 'hex'),
-         now(), 'executed', 'refund_order', f.preview_id, 'order', 'PF-' || f.n, '',
+INSERT INTO approvals_auditrecord (created_at, transaction_id, event, action, preview_id, subject_type, subject_id,
+                                   raw_arguments, approval_basis, result)
+  SELECT now(), pg_current_xact_id()::text::bigint, 'executed', 'refund_order', f.preview_id, 'order', 'PF-' || f.n, '',
          '{"customer": {"approver": 1}}', jsonb_build_object('refund_id', 'floor_' || f.n)
-  FROM approvals_auditchainhead h, bench_commit_floor f WHERE h.id = 1 AND f.n = :n;
-UPDATE approvals_auditchainhead
-  SET sequence = sequence + 1,
-      record_hash = (SELECT record_hash FROM approvals_auditrecord a WHERE a.sequence = approvals_auditchainhead.sequence + 1)
-  WHERE id = 1;
+  FROM bench_commit_floor f WHERE f.n = :n;
 COMMIT;

@@ -338,6 +338,17 @@ EXECUTION_DEADLINE_SECONDS = env.int("EXECUTION_DEADLINE_SECONDS", default=86400
 # The resolver looks up an unknown effect again at most this often per execution.
 EXECUTION_RESOLVE_INTERVAL_SECONDS = env.int("EXECUTION_RESOLVE_INTERVAL_SECONDS", default=300)
 
+# The audit log (docs/audit.md): the Ed25519 key that signs tree heads (base64 of its 32 bytes; `make run`
+# generates one; without it nothing is sealed), where signed tree heads are published, and how often the
+# sealer (`manage.py seal_audit --loop`, one process) looks for committed records.
+AUDIT_SIGNING_KEY = env.str("AUDIT_SIGNING_KEY", default="")
+AUDIT_CHECKPOINT_FILE = env.str("AUDIT_CHECKPOINT_FILE", default="")
+AUDIT_CHECKPOINT_WEBHOOKS = env.list("AUDIT_CHECKPOINT_WEBHOOKS", default=[])
+AUDIT_CHECKPOINT_WEBHOOK_SECRET = env.str("AUDIT_CHECKPOINT_WEBHOOK_SECRET", default="")
+if AUDIT_CHECKPOINT_WEBHOOKS and not AUDIT_CHECKPOINT_WEBHOOK_SECRET:
+    raise ImproperlyConfigured("AUDIT_CHECKPOINT_WEBHOOKS needs AUDIT_CHECKPOINT_WEBHOOK_SECRET (whsec_…).")
+AUDIT_SEAL_INTERVAL_SECONDS = env.float("AUDIT_SEAL_INTERVAL_SECONDS", default=0.25)
+
 CELERY_BEAT_SCHEDULE = {
     "expire-previews": {"task": "approvals.expire_previews", "schedule": 60.0},
     "dispatch-stalled-previews": {"task": "approvals.dispatch_stalled_previews", "schedule": 30.0},

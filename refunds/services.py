@@ -9,7 +9,6 @@ from django.db.models import F
 
 from approvals.models import Preview
 from approvals.rows import fetch_one, insert_rows
-from approvals.services import update_fields_at_commit
 from approvals.shop_import import ShopDataInvalid
 
 from .gateways import GatewayRefund, payment_gateway
@@ -91,8 +90,7 @@ def refund_record(
 ) -> dict[str, Any]:
     """Write the refund the provider accepted to the ledger and the order, with the status it reported
     (`pending` is processing at the bank and counts like a paid one until the provider says otherwise).
-    Runs under the engine's locks, in its audited transaction: the order's update goes with the audit
-    append (nothing reads the order again before)."""
+    Runs under the engine's locks, in its audited transaction."""
     insert_rows([
         Refund(
             order=order,
@@ -107,7 +105,7 @@ def refund_record(
     ])
     order.refunded_minor += preview.amount_minor
     order.version += 1
-    update_fields_at_commit(order, ["refunded_minor", "version", "updated_at"])
+    order.save(update_fields=["refunded_minor", "version", "updated_at"])
     return {
         "refund_id": refund_id,
         "order_id": order.number,

@@ -25,6 +25,43 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _flush_past_the_audit_truncate_trigger():
+    """PostgreSQL refuses TRUNCATE of the audit tables (a statement-level trigger). A transactional test's
+    teardown empties every table with TRUNCATE: only there, in the flush's own transaction, the
+    triggers are skipped (`SET LOCAL session_replication_role`, as the superuser the tests run as)."""
+    if not ON_POSTGRES:
+        yield
+        return
+    from django.db.backends.postgresql.operations import DatabaseOperations
+
+    original = DatabaseOperations.sql_flush
+
+    def sql_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False):  # type: ignore[no-untyped-def]
+        statements = original(self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade)
+        return ["SET LOCAL session_replication_role = replica", *statements] if statements else statements
+
+    DatabaseOperations.sql_flush = sql_flush
+    yield
+    DatabaseOperations.sql_flush = original
+
+
+def seal_all(timeout: float = 30.0) -> int:
+    """Seal every audit record there is. On PostgreSQL a record is sealed once no older transaction on
+    the server is still running: other test runs on the same server may hold a seal back a moment."""
+    import time
+
+    from approvals.audit_seal import audit_seal
+    from approvals.models import AuditLeaf, AuditRecord
+
+    sealed, deadline = 0, time.monotonic() + timeout
+    while True:
+        sealed += audit_seal()
+        if AuditLeaf.objects.count() >= AuditRecord.objects.count() or time.monotonic() > deadline:
+            return sealed
+        time.sleep(0.05)
+
+
 STAFF_GROUP_PERMISSIONS = {
     "Refund reviewers": [("approvals", "review_refund_order"), ("approvals", "export_auditrecord")],
     "Invoice approvers": [("approvals", "review_send_invoice"), ("approvals", "export_auditrecord")],

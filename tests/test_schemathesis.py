@@ -188,6 +188,10 @@ def test_every_documented_answer_of_the_other_operations_matches_the_schema(shop
         assert answer.json()["status"] == status
     missing = call(shop, "/api/agent/previews/{preview_id}", "GET", path_parameters={"preview_id": str(uuid.uuid4())})
     assert missing.status_code == 404
+    receipt = call(shop, "/api/agent/previews/{preview_id}/receipt", "GET", path_parameters={"preview_id": preview_id})
+    assert receipt.status_code == 200 and receipt.json()["preview"] == preview_id
+    assert call(shop, "/api/agent/previews/{preview_id}/receipt", "GET",
+                path_parameters={"preview_id": str(uuid.uuid4())}).status_code == 404
 
     minted = call(shop, "/api/agent/sessions", "POST", body={"tools": ["refund_order"], "ttl_seconds": 60})
     assert minted.status_code == 201

@@ -17,6 +17,7 @@ urlpatterns = [
     path("tools", views.ToolListView.as_view(), name="agent-tools"),
     path("tool-calls", views.ToolCallView.as_view(), name="agent-tool-calls"),
     path("previews/<str:preview_id>", views.PreviewStatusView.as_view(), name="agent-preview"),
+    path("previews/<str:preview_id>/receipt", views.PreviewReceiptView.as_view(), name="agent-preview-receipt"),
     path("sessions", views.AgentSessionCreateView.as_view(), name="agent-sessions"),
     re_path(r"^(?P<rest>.*)$", no_such_endpoint),
 ]

@@ -7,7 +7,9 @@ import re
 import uuid
 from typing import Any
 
+from django.conf import settings
 from django.http import Http404
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
@@ -23,6 +25,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ..arguments import StrictCharField, StrictIntegerField, StrictSerializer, input_json_schema
+from ..audit_seal import audit_seal, preview_receipt
 from ..digests import digest_of
 from ..errors import ApplicationError
 from ..models import AuditEvent, Preview, RejectedCallKind
@@ -297,6 +300,35 @@ class PreviewStatusView(AgentAPIView):
             raise Http404
         preview = preview_refresh(preview=preview)
         return Response(preview_envelope(preview, base_url=self.base_url()))
+
+
+class PreviewReceiptView(AgentAPIView):
+    @extend_schema(
+        operation_id="get_preview_receipt",
+        parameters=[PREVIEW_ID, *AUTH_HEADERS],
+        responses={
+            200: OpenApiResponse(
+                OpenApiTypes.OBJECT,
+                description="The preview's audit records with Merkle inclusion proofs against an Ed25519-signed "
+                "tree head (docs/audit.md; check one with `manage.py verify_receipt`). Records not sealed yet "
+                "are counted in `unsealed_records`: ask again a second later.",
+            ),
+            401: UNAUTHORIZED,
+            404: error_response("No such preview of this agent session (the same answer for another's)."),
+            429: THROTTLED,
+        },
+    )
+    def get(self, request: Request, preview_id: str) -> Response:
+        try:
+            preview_uuid = uuid.UUID(preview_id)
+        except ValueError as not_an_id:
+            raise Http404 from not_an_id
+        preview = Preview.objects.filter(pk=preview_uuid, agent_session=request.auth).first()
+        if preview is None:
+            raise Http404
+        if settings.CELERY_TASK_ALWAYS_EAGER:
+            audit_seal()  # the embedded setup runs no sealer process: seal what is committed now
+        return Response(preview_receipt(preview))
 
 
 class AgentSessionCreateSerializer(StrictSerializer):

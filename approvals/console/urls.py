@@ -13,6 +13,7 @@ urlpatterns = [
     path("previews/<uuid:preview_id>/reject", views.preview_reject_view, name="reject"),
     path("previews/<uuid:preview_id>/retry", views.preview_retry_view, name="retry"),
     path("previews/<uuid:preview_id>/audit/", views.preview_audit, name="preview_audit"),
+    path("previews/<uuid:preview_id>/receipt", views.preview_receipt_download, name="preview_receipt"),
     # The subject's id is a query parameter (`?id=`): an order number may hold `/`, `%` or `?`, which no
     # path segment carries through every proxy and browser unchanged.
     path("subjects/<slug:subject_type>/audit/", views.subject_audit, name="subject_audit"),

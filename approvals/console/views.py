@@ -7,13 +7,15 @@ from functools import wraps
 from typing import Any
 
 from csp.decorators import csp_replace, csp_update
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
-from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.http import require_GET, require_POST
 
+from ..audit_seal import audit_seal, preview_receipt
 from ..errors import DecisionError
 from ..executions import execution_retry
 from ..models import ApprovalRole, Preview, PreviewStatus
@@ -208,6 +210,18 @@ def preview_audit(request: HttpRequest, preview_id: Any) -> HttpResponse:
             "records": selectors.preview_timeline(preview=preview),
         },
     )
+
+
+@reviewer_required
+@require_GET
+def preview_receipt_download(request: HttpRequest, preview_id: Any) -> HttpResponse:
+    """The preview's audit receipt as a file, to hand to the customer or a card network."""
+    preview = _preview_or_404(request, preview_id)
+    if settings.CELERY_TASK_ALWAYS_EAGER:
+        audit_seal()  # the embedded setup runs no sealer process
+    response = JsonResponse(preview_receipt(preview), json_dumps_params={"indent": 2})
+    response["Content-Disposition"] = f'attachment; filename="audit-receipt-{preview.pk}.json"'
+    return response
 
 
 @reviewer_required

@@ -1,45 +1,20 @@
 """Chain the audit log: each record carries the hash of the one before it. On PostgreSQL, a trigger
 refuses UPDATE and DELETE on audit records, and on a preview's approved content."""
 
-import hashlib
-import json
-
 from django.db import migrations, models
-
-GENESIS = "0" * 64
-
-
-def _hash(sequence, previous_hash, record):
-    # Frozen copy of approvals.audit_chain for existing rows (a migration must not import app code).
-    fields = {
-        "created_at": record.created_at.isoformat(),
-        "event": record.event,
-        "action": record.action,
-        "preview": str(record.preview_id) if record.preview_id else None,
-        "actor": record.actor_id,
-        "agent_session": record.agent_session_id,
-        "subject_type": record.subject_type,
-        "subject_id": record.subject_id,
-        "raw_arguments": record.raw_arguments,
-        "approval_basis": record.approval_basis,
-        "result": record.result,
-    }
-    text = json.dumps({"sequence": sequence, "previous_hash": previous_hash, **fields},
-                      sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def chain_existing_records(apps, schema_editor):
+    # Numbers the records already there (the hash chain they were given then was replaced by the Merkle
+    # tree of migration audit_merkle_log, which seals every record, these included).
     AuditRecord = apps.get_model("approvals", "AuditRecord")
     AuditChainHead = apps.get_model("approvals", "AuditChainHead")
-    previous_hash, sequence = GENESIS, 0
+    sequence = 0
     for record in AuditRecord.objects.order_by("id").iterator():
         sequence += 1
-        record.sequence, record.previous_hash = sequence, previous_hash
-        record.record_hash = _hash(sequence, previous_hash, record)
-        record.save(update_fields=["sequence", "previous_hash", "record_hash"])
-        previous_hash = record.record_hash
-    AuditChainHead.objects.update_or_create(pk=1, defaults={"sequence": sequence, "record_hash": previous_hash})
+        record.sequence = sequence
+        record.save(update_fields=["sequence"])
+    AuditChainHead.objects.update_or_create(pk=1, defaults={"sequence": sequence, "record_hash": ""})
 
 
 APPEND_ONLY_SQL = """

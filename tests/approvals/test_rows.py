@@ -10,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from approvals.models import Execution, ExecutionOutcome, IdempotencyRecord, Preview, PreviewStatus
-from approvals.rows import column_sql, fetch_one, insert_rows, one_round_trip, statement_cursor, update_fields
+from approvals.rows import column_sql, fetch_one, insert_rows, statement_cursor, update_fields
 from approvals.selectors import amount_in_flight, amount_in_flight_subquery
 from refunds.models import Order
 from tests.conftest import agent_client_for
@@ -142,24 +142,3 @@ def test_a_statement_cursor_answers_like_djangos(o12):
     with statement_cursor() as cursor:
         cursor.execute(f"SELECT {column_sql(Order, 'currency')} FROM {Order._meta.db_table} WHERE id = %s", [o12.pk])
         assert cursor.fetchone() == ("EUR",)
-
-
-def test_statements_sent_together_all_run_and_their_answers_are_read_afterwards(o12, ord4417):
-    table = Order._meta.db_table
-    with statement_cursor() as cursor:
-        with one_round_trip():
-            cursor.execute(f"UPDATE {table} SET version = version + 1 WHERE id = %s", [o12.pk])
-            cursor.execute(f"UPDATE {table} SET version = version + 1 WHERE id = %s", [ord4417.pk])
-            cursor.execute(f"SELECT version FROM {table} WHERE id = %s", [ord4417.pk])
-        assert cursor.fetchone() == (ord4417.version + 1,)
-    assert Order.objects.get(pk=o12.pk).version == o12.version + 1
-
-
-def test_an_error_among_statements_sent_together_is_raised_and_rolls_back(o12):
-    first = preview_for(o12, proposal_key="same")
-    insert_rows([first])
-    table = Preview._meta.db_table
-    with pytest.raises(IntegrityError), transaction.atomic(), statement_cursor() as cursor, one_round_trip():
-        cursor.execute(f"UPDATE {table} SET failure_reason = %s WHERE id = %s", ["changed", first.pk.hex])
-        insert_rows([preview_for(o12, proposal_key="same")])
-    assert Preview.objects.get(pk=first.pk).failure_reason == ""

@@ -112,3 +112,28 @@ def test_the_export_needs_its_own_permission(awaiting_staff, reviewer):
     assert client.get("/console/").status_code == 200
     assert client.get("/console/audit/").status_code == 403
     assert export(client, "csv").status_code == 403
+
+
+def test_staff_download_a_previews_audit_receipt(reviewer_client, awaiting_staff, tmp_path):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from approvals.audit_log import receipt_check
+    from approvals.audit_seal import public_key
+
+    response = reviewer_client.get(f"/console/previews/{awaiting_staff.pk}/receipt")
+    assert response.status_code == 200
+    assert response["Content-Disposition"] == f'attachment; filename="audit-receipt-{awaiting_staff.pk}.json"'
+    receipt = json.loads(response.content)
+    events = [entry["record"]["event"] for entry in receipt["records"]]
+    stored = AuditRecord.objects.filter(preview=awaiting_staff).order_by("id").values_list("event", flat=True)
+    assert events == list(stored)
+    assert receipt_check(receipt, public_key()).valid
+    path = tmp_path / "receipt.json"
+    path.write_bytes(response.content)
+    out = StringIO()
+    call_command("verify_receipt", str(path), stdout=out)  # the configured key's public half by default
+    assert "Receipt valid" in out.getvalue()
+    page = reviewer_client.get(f"/console/previews/{awaiting_staff.pk}/").content.decode()
+    assert f"/console/previews/{awaiting_staff.pk}/receipt" in page

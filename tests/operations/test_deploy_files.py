@@ -35,7 +35,9 @@ def test_the_systemd_units_run_the_documented_commands_and_stop_gracefully():
     assert web["Service"]["ExecStart"].endswith("gunicorn -c config/gunicorn.conf.py config.wsgi:application")
     assert "celery -A config worker" in worker["Service"]["ExecStart"]
     assert "celery -A config beat" in beat["Service"]["ExecStart"]
-    for service in (web, worker, beat):
+    sealer = unit("gateway-sealer.service")
+    assert sealer["Service"]["ExecStart"].endswith("manage.py seal_audit --loop")
+    for service in (web, worker, beat, sealer):
         assert service["Service"]["KillSignal"] == "SIGTERM"
         assert service["Service"]["EnvironmentFile"] == "/etc/approval-gateway/env"
     # Longer than a task may run (CELERY_TASK_TIME_LIMIT), so that a warm shutdown lets it finish.
@@ -47,10 +49,11 @@ def test_the_systemd_units_run_the_documented_commands_and_stop_gracefully():
         assert f"\nRuntimeDirectory=approval-gateway-{name}\n" in text
 
 
-def test_the_procfile_names_web_worker_and_beat():
+def test_the_procfile_names_web_worker_beat_and_the_sealer():
     lines = dict(line.split(": ", 1) for line in (ROOT / "Procfile").read_text().splitlines()
                  if line and not line.startswith("#"))
-    assert set(lines) == {"release", "web", "worker", "beat"}
+    assert set(lines) == {"release", "web", "worker", "beat", "sealer"}
+    assert lines["sealer"].endswith("manage.py seal_audit --loop")
     assert "gunicorn -c config/gunicorn.conf.py config.wsgi:application" in lines["web"]
     assert "celery -A config worker" in lines["worker"] and "celery -A config beat" in lines["beat"]
     assert "approval-gateway-metrics-web" in lines["web"] and "approval-gateway-metrics-worker" in lines["worker"]

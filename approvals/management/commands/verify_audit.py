@@ -1,19 +1,52 @@
+from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from approvals.audit_chain import audit_chain_verify
-from approvals.models import AuditChainHead, AuditRecord
+from approvals.audit_log import public_key_from
+from approvals.audit_seal import audit_verify, checkpoints_read
+from approvals.audit_seal import public_key as configured_public_key
 
 
 class Command(BaseCommand):
-    help = "Check the audit log's hash chain; exits non-zero at the first broken link."
+    help = (
+        "Check the audit log: every record against its Merkle leaf, the tree against every signed tree head, "
+        "consecutive heads for consistency, and the published checkpoints (--checkpoints, by default "
+        "AUDIT_CHECKPOINT_FILE). Exits 1 at the first inconsistency."
+    )
 
-    def handle(self, *args, **options):  # type: ignore[no-untyped-def]
-        head = AuditChainHead.objects.filter(pk=1).first()
-        records = AuditRecord.objects.order_by("sequence").iterator(chunk_size=2000)
-        problem = audit_chain_verify(records, head_sequence=head.sequence if head else None)
-        if problem is not None:
-            where = f"record #{problem.sequence}" + (f" (id {problem.record_id})" if problem.record_id else "")
-            self.stderr.write(f"Audit chain broken at {where}: {problem.problem}.")
+    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+        parser.add_argument(
+            "--checkpoints", metavar="FILE",
+            help="JSON Lines of tree heads published earlier (default: AUDIT_CHECKPOINT_FILE, when set).",
+        )
+        parser.add_argument(
+            "--public-key", metavar="KEY",
+            help="The audit public key (base64, or a file holding it); default: AUDIT_SIGNING_KEY's.",
+        )
+
+    def handle(self, *args, checkpoints=None, public_key=None, **options):  # type: ignore[no-untyped-def]
+        try:
+            key = public_key_from(public_key) if public_key else configured_public_key()
+        except ValueError as error:
+            self.stderr.write(f"Bad public key: {error}.")
+            raise SystemExit(1) from error
+        path = checkpoints or settings.AUDIT_CHECKPOINT_FILE
+        try:
+            published = list(checkpoints_read(path)) if path else []
+        except FileNotFoundError:
+            if checkpoints:
+                self.stderr.write(f"No checkpoint file {checkpoints}.")
+                raise SystemExit(1) from None
+            published = []  # the configured file is created with the first published head
+        except ValueError as error:
+            self.stderr.write(f"The checkpoint file {path} is not JSON Lines: {error}.")
+            raise SystemExit(1) from error
+        summary = audit_verify(public_key=key, checkpoints=published)
+        if summary.problem is not None:
+            where = f" (first bad index {summary.problem.index})" if summary.problem.index is not None else ""
+            self.stderr.write(f"Audit log inconsistent{where}: {summary.problem.message}.")
             raise SystemExit(1)
-        count = head.sequence if head else 0
-        self.stdout.write(self.style.SUCCESS(f"Audit chain intact: {count} records."))
+        self.stdout.write(self.style.SUCCESS(
+            f"Audit log intact: {summary.leaves} records sealed under {summary.heads} signed tree heads, "
+            f"{summary.checkpoints} published checkpoints match; {summary.unsealed} records not sealed yet."
+        ))
+

@@ -1,0 +1,104 @@
+"""The benchmark's own pieces, checked without running the benchmark: the open-loop generator counts
+latency from each request's scheduled send time, and the seal lag is read from the tree heads."""
+
+import asyncio
+import threading
+import time
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
+
+import pytest
+from django.utils import timezone
+
+from bench.open_loop import Call, percentiles, run_open_loop
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    delay = 0.0
+
+    def do_POST(self):  # noqa: N802 - http.server's name
+        self.rfile.read(int(self.headers["Content-Length"]))
+        time.sleep(self.delay)
+        body = b'{"ok":true}'
+        self.send_response(201)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+class _OneAtATime(HTTPServer):
+    request_queue_size = 256  # waiting connections queue in the kernel, none refused
+
+
+def _serve(server_class, delay, protocol="HTTP/1.1"):
+    handler = type("Handler", (_Handler,), {"delay": delay, "protocol_version": protocol})
+    server = server_class(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def _call(index):
+    return Call(body=b'{"n":%d}' % index, headers={"Idempotency-Key": f"k-{index}"})
+
+
+def test_a_fast_server_answers_on_schedule_over_kept_alive_connections():
+    server = _serve(ThreadingHTTPServer, 0.005)
+    try:
+        result = asyncio.run(run_open_loop(url=f"http://127.0.0.1:{server.server_port}/x", rate=100, seconds=1,
+                                           make_call=_call))
+    finally:
+        server.shutdown()
+    assert result["requests"] == 100 and result["statuses"] == {"201": 100}
+    assert 5 <= result["latency_ms"]["p50"] < 100
+    assert result["connections_opened"] < 100  # connections were used again
+    assert result["send_lag_ms"]["p99"] < 50
+
+
+def test_requests_queued_behind_a_slow_server_are_charged_from_their_scheduled_time():
+    """One request at a time, 20 ms each (50 a second), offered 100 a second for a second: the queue grows
+    by 50 requests a second, so the last ones wait about half a second more than they are served. A
+    closed loop would report about 20 ms × connections whatever the queue."""
+    server = _serve(_OneAtATime, 0.02, protocol="HTTP/1.0")  # one connection at a time, closed after each
+    try:
+        result = asyncio.run(run_open_loop(url=f"http://127.0.0.1:{server.server_port}/x", rate=100, seconds=1,
+                                           make_call=_call))
+    finally:
+        server.shutdown()
+    assert result["statuses"] == {"201": 100}, result
+    assert result["latency_ms"]["max"] > 700  # the 100th, due at 990 ms, answered after about 2 s
+    assert result["latency_ms"]["p50"] > 250
+    assert result["send_lag_ms"]["p99"] < 50  # the generator itself kept to the schedule
+
+
+def test_percentiles():
+    assert percentiles(list(range(1, 101))) == {"p50": 50, "p90": 90, "p95": 95, "p99": 99, "max": 100}
+    assert percentiles([]) == {}
+
+
+@pytest.mark.postgres
+def test_the_seal_lag_runs_from_the_transactions_last_record_to_its_first_signed_head(transactional_db):
+    from django.db import transaction
+
+    from approvals.models import AuditEvent
+    from approvals.services import audit_record
+    from bench.run import measure_seal_lag
+    from tests.conftest import seal_all
+    from tests.factories import UserFactory
+
+    alice = UserFactory(username="alice")
+    since = timezone.now()
+    with transaction.atomic():
+        audit_record(event=AuditEvent.PROPOSED, actor=alice)
+        time.sleep(0.3)  # the rest of a long transaction: not seal lag
+        audit_record(event=AuditEvent.CONFIRMED, actor=alice)
+    time.sleep(0.1)
+    seal_all()
+    lag = measure_seal_lag(since - timedelta(seconds=1))
+    assert lag["records"] == 2
+    assert lag["p50_ms"] == lag["max_ms"]  # both from the transaction's last record
+    assert 100 <= lag["max_ms"] < 30_000
