@@ -5,7 +5,7 @@ import random
 
 from celery import shared_task
 
-from . import executions, services
+from . import executions, notifications, services
 from .errors import TransientExecutionError
 
 MAX_EXECUTION_RETRIES = 5
@@ -54,3 +54,15 @@ def dispatch_stalled_previews(**kwargs) -> int:  # type: ignore[no-untyped-def]
 @shared_task(name="approvals.resolve_unknown_executions")
 def resolve_unknown_executions(**kwargs) -> int:  # type: ignore[no-untyped-def]
     return executions.executions_resolve_unknown()
+
+
+@shared_task(name="approvals.notify_reviewers")
+def notify_reviewers(**kwargs) -> dict:  # type: ignore[no-untyped-def]
+    report = notifications.notify_reviewers()
+    return {"emails": report.emails, "webhooks": report.webhooks, "skipped": report.skipped,
+            "failures": report.failures}
+
+
+@shared_task(name="approvals.notify_counter_proposal")
+def notify_counter_proposal(preview_id: str, **kwargs) -> bool:  # type: ignore[no-untyped-def]
+    return notifications.counter_proposal_email(preview_id)

@@ -7,11 +7,14 @@ app_name = "console"
 urlpatterns = [
     path("", views.queue, name="queue"),
     path("failures/", views.failures, name="failures"),
+    path("bulk", views.bulk_decide, name="bulk"),
     path("previews/<uuid:preview_id>/", views.preview_detail, name="preview"),
     path("previews/<uuid:preview_id>/document/<slug:part>", views.preview_document, name="document"),
     path("previews/<uuid:preview_id>/approve", views.preview_approve_view, name="approve"),
     path("previews/<uuid:preview_id>/reject", views.preview_reject_view, name="reject"),
     path("previews/<uuid:preview_id>/retry", views.preview_retry_view, name="retry"),
+    path("previews/<uuid:preview_id>/claim", views.preview_claim_view, name="claim"),
+    path("previews/<uuid:preview_id>/counter", views.preview_counter_view, name="counter"),
     path("previews/<uuid:preview_id>/audit/", views.preview_audit, name="preview_audit"),
     # The subject's id is a query parameter (`?id=`): an order number may hold `/`, `%` or `?`, which no
     # path segment carries through every proxy and browser unchanged.
