@@ -74,7 +74,7 @@ def preview_counter_propose(
         old = fetch_one(Preview, lock=True, id=preview_id)
         if old is None:
             raise Preview.DoesNotExist(f"No preview {preview_id}")
-        error = _decision_error(old, approver=reviewer, role=ApprovalRole.STAFF, digest=digest)
+        error = _decision_error(old, approver=reviewer, role=ApprovalRole.STAFF, digest=digest, approving=False)
         action = registry.action(old.action)
         if error is None and action is None:
             error = DecisionError("This kind of action is no longer available.", code="unknown_action")

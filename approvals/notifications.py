@@ -41,6 +41,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.core.cache import cache
 from django.core.mail import EmailMessage, get_connection
 from django.db import transaction
 from django.db.models import Q
@@ -51,7 +52,7 @@ from .digests import sha256_hex
 from .models import AuditEvent, Preview, PreviewStatus, ReviewNotice, ReviewNoticeKind
 from .money import format_minor
 from .registry import registry
-from .services import audit_record
+from .services import audit_at_commit, audit_record
 
 logger = logging.getLogger(__name__)
 
@@ -78,11 +79,6 @@ def escalation_due_before(now: datetime | None = None) -> datetime | None:
     if seconds <= 0:
         return None
     return (now or timezone.now()) - timedelta(seconds=seconds)
-
-
-def is_overdue(preview: Preview, now: datetime | None = None) -> bool:
-    due = escalation_due_before(now)
-    return due is not None and preview.status == PreviewStatus.AWAITING_STAFF and preview.status_changed_at <= due
 
 
 # Step 1: what is owed ----------------------------------------------------------------------------
@@ -268,36 +264,58 @@ class SendReport:
     webhooks: int = 0
     skipped: int = 0
     failures: int = 0
+    busy: bool = False
+
+
+SEND_LOCK = "approvals:notify-reviewers:lock"
+SEND_LOCK_SECONDS = 600
 
 
 def notices_send() -> SendReport:
-    """Send every pending notice, batched by kind; mark each channel that took its message."""
+    """Send every pending notice, batched by kind; mark each channel that took its message.
+
+    Mail servers and receivers are talked to outside any transaction (no lock is held on anything else
+    meanwhile); one run at a time (a cache lock, shared through Redis in production), so that a slow run
+    and the next one do not send the same notices twice.
+    """
     report = SendReport()
-    with transaction.atomic():
+    if not cache.add(SEND_LOCK, "1", timeout=SEND_LOCK_SECONDS):
+        report.busy = True
+        return report
+    try:
         pending = list(
-            ReviewNotice.objects.select_for_update(skip_locked=True, of=("self",))
-            .select_related("preview", "preview__actor")
+            ReviewNotice.objects.select_related("preview", "preview__actor")
             .filter(Q(emailed_at__isnull=True) | Q(webhooks_sent_at__isnull=True))
             .order_by("pk")[:BATCH_SIZE]
         )
-        now = timezone.now()
         by_kind: dict[str, list[ReviewNotice]] = defaultdict(list)
+        stale = []
         for notice in pending:
-            if _still_relevant(notice):
-                by_kind[notice.kind].append(notice)
-            else:  # decided, expired or withdrawn meanwhile: nothing to say any more
+            (by_kind[notice.kind] if _still_relevant(notice) else stale).append(notice)
+        outcomes = [_send_kind(kind, notices, report) for kind, notices in by_kind.items()]
+        with transaction.atomic(), audit_at_commit():  # the audit records appended together, last
+            now = timezone.now()
+            for notice in stale:  # decided, expired or withdrawn meanwhile: nothing to say any more
                 notice.emailed_at = notice.emailed_at or now
                 notice.webhooks_sent_at = notice.webhooks_sent_at or now
                 notice.save(update_fields=["emailed_at", "webhooks_sent_at"])
                 report.skipped += 1
-        for kind, notices in by_kind.items():
-            _send_kind(kind, notices, report)
+            for kind, notices, emailed, hooked in outcomes:
+                for notice in notices:
+                    notice.save(update_fields=["emailed_at", "webhooks_sent_at", "attempts", "last_error"])
+                _audit_sent(kind, notices, newly_emailed=emailed, newly_hooked=hooked)
+    finally:
+        cache.delete(SEND_LOCK)
     return report
 
 
-def _send_kind(kind: str, notices: list[ReviewNotice], report: SendReport) -> None:
+def _send_kind(
+    kind: str, notices: list[ReviewNotice], report: SendReport
+) -> tuple[str, list[ReviewNotice], set[Any], set[Any]]:
+    """Send one kind's batch on every channel still owed; returns what to save and audit."""
     errors: list[str] = []
-    mailed = False
+    emailed: set[Any] = set()
+    hooked: set[Any] = set()
     to_email = [n for n in notices if n.emailed_at is None]
     if to_email:
         items = _items([n.preview for n in to_email])
@@ -307,10 +325,11 @@ def _send_kind(kind: str, notices: list[ReviewNotice], report: SendReport) -> No
                 with get_connection() as connection:
                     connection.send_messages(messages)
             report.emails += len(messages)
-            mailed = bool(messages)
             sent_at = timezone.now()
             for notice in to_email:
                 notice.emailed_at = sent_at
+                if messages:
+                    emailed.add(notice.pk)
         except Exception as error:  # noqa: BLE001 - any mail failure leaves the notices pending
             logger.warning("Reviewer notification email failed; retried at the next run", exc_info=True)
             errors.append(f"email: {error}")
@@ -336,15 +355,14 @@ def _send_kind(kind: str, notices: list[ReviewNotice], report: SendReport) -> No
             sent_at = timezone.now()
             for notice in to_hook:
                 notice.webhooks_sent_at = sent_at
-    _audit_sent(kind, notices, newly_emailed={n.pk for n in to_email if mailed and n.emailed_at is not None},
-                newly_hooked={n.pk for n in to_hook if n.webhooks_sent_at is not None})
-    for notice in notices:
-        if errors:
-            notice.attempts += 1
-            notice.last_error = "; ".join(errors)[:2000]
-        notice.save(update_fields=["emailed_at", "webhooks_sent_at", "attempts", "last_error"])
+                if urls:
+                    hooked.add(notice.pk)
     if errors:
         report.failures += 1
+        for notice in notices:
+            notice.attempts += 1
+            notice.last_error = "; ".join(errors)[:2000]
+    return kind, notices, emailed, hooked
 
 
 def _audit_sent(kind: str, notices: list[ReviewNotice], *, newly_emailed: set[Any], newly_hooked: set[Any]) -> None:
@@ -352,7 +370,7 @@ def _audit_sent(kind: str, notices: list[ReviewNotice], *, newly_emailed: set[An
     event = AuditEvent.REVIEW_ESCALATED if kind == ReviewNoticeKind.OVERDUE else AuditEvent.REVIEWERS_NOTIFIED
     for notice in notices:
         channels = (["email"] if notice.pk in newly_emailed else []) + (
-            ["webhooks"] if notice.pk in newly_hooked and settings.REVIEW_NOTIFY_WEBHOOKS else []
+            ["webhooks"] if notice.pk in newly_hooked else []
         )
         if channels:
             facts: dict[str, Any] = {"kind": kind, "channels": channels}

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from django.conf import settings
+from django.core.checks import CheckMessage, Error, register
 
 from .models import ApprovalRole
 
@@ -52,11 +54,18 @@ def parse_quorum(value: str | Iterable[str]) -> list[QuorumBand]:
     return bands
 
 
+@lru_cache(maxsize=8)
+def _bands(value: str) -> tuple[QuorumBand, ...]:
+    return tuple(parse_quorum(value))
+
+
 def staff_approvals_needed(action: str, currency: str, amount_minor: int) -> int | None:
     """The number of distinct staff approvers REVIEW_QUORUM asks for, or None when no band applies."""
+    if not settings.REVIEW_QUORUM:
+        return None
     matching = [
         band
-        for band in parse_quorum(settings.REVIEW_QUORUM)
+        for band in _bands(settings.REVIEW_QUORUM)
         if band.action == action
         and band.currency in (currency.upper(), ANY_CURRENCY)
         and amount_minor >= band.from_minor
@@ -128,3 +137,20 @@ def quorum_refusal(preview: Any, approvals: Iterable[Any]) -> str | None:
     if have < need:
         return f"{have} of the {need} staff approvals needed are recorded for this exact preview."
     return None
+
+
+@register()
+def review_settings_are_usable(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """`manage.py check` (and every start): REVIEW_QUORUM parses, signed webhooks have their secret."""
+    problems: list[CheckMessage] = []
+    try:
+        parse_quorum(settings.REVIEW_QUORUM)
+    except ValueError as error:
+        problems.append(Error(str(error), hint="REVIEW_QUORUM=refund_order:EUR:100000:2,…", id="approvals.E101"))
+    if settings.REVIEW_NOTIFY_WEBHOOKS and not settings.REVIEW_NOTIFY_SECRET:
+        problems.append(Error(
+            "REVIEW_NOTIFY_WEBHOOKS is set but REVIEW_NOTIFY_SECRET is not: nothing would be sent unsigned.",
+            hint="Set REVIEW_NOTIFY_SECRET to a whsec_… secret shared with the receivers.",
+            id="approvals.E102",
+        ))
+    return problems

@@ -805,7 +805,7 @@ def preview_decline(
         if role == ApprovalRole.CUSTOMER:
             queryset = queryset.filter(actor=person)
         preview = queryset.get(pk=preview_id)
-        error = _decision_error(preview, approver=person, role=role, digest=digest)
+        error = _decision_error(preview, approver=person, role=role, digest=digest, approving=False)
         if error is None:
             if role == ApprovalRole.CUSTOMER:
                 reason = f"The customer declined: {note}" if note else "The customer declined."
@@ -836,7 +836,7 @@ def _may_review(person: AbstractBaseUser, preview: Preview) -> bool:
 
 
 def _decision_error(
-    preview: Preview, *, approver: AbstractBaseUser, role: ApprovalRole, digest: str
+    preview: Preview, *, approver: AbstractBaseUser, role: ApprovalRole, digest: str, approving: bool = True
 ) -> DecisionError | None:
     """Why this person cannot decide this preview now, or None. May expire the preview."""
     if preview_expire_if_due(preview):
@@ -857,13 +857,13 @@ def _decision_error(
         )
     if role == ApprovalRole.STAFF and not _may_review(approver, preview):
         return DecisionError("You may not review this kind of action.", code="not_a_reviewer")
-    if role == ApprovalRole.STAFF and preview.counter_author_id == approver.pk:
+    if approving and role == ApprovalRole.STAFF and preview.counter_author_id == approver.pk:
         return DecisionError(
             "You wrote this counter-proposal yourself; it counts as neither of the two eyes: "
             "another staff member must review it.",
             code="counter_author",
         )
-    if role == ApprovalRole.STAFF and preview.approvals.filter(role=role, approver=approver).exists():
+    if approving and role == ApprovalRole.STAFF and preview.approvals.filter(role=role, approver=approver).exists():
         have, need = quorum.progress(preview)
         return DecisionError(
             f"You already approved this preview ({have} of {need}); it needs another staff member's approval.",

@@ -115,7 +115,7 @@ def record_sentence(record: Any) -> str:
     if event == AuditEvent.PROPOSED:
         waits = str(result.get("status", "")).replace("_", " ")
         if result.get("counter_proposal_of"):
-            return f"{who} made a counter-proposal replacing preview {result['counter_proposal_of']}; it waits: {waits}."
+            return f"{who} made a counter-proposal replacing {result['counter_proposal_of']}; it waits: {waits}."
         return f"{who}{agent} proposed it; it waits: {waits}."
     if event == AuditEvent.PROPOSAL_REFUSED:
         return f"{who}{agent} proposed something the policy refused: {error.get('message', '')}"
