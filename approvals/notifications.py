@@ -25,8 +25,10 @@ The webhook body (also documented in README.md), signed with REVIEW_NOTIFY_SECRE
 A counter-proposal that asks the customer again also emails the customer the link to the new preview
 (approvals.counter publishes `approvals.notify_counter_proposal` once it commits).
 
-The queue is scanned rather than fed by transition listeners: a notice cannot be lost with an
-after-commit callback (a crash, a broker outage), and the hot proposal path gains no statement.
+The queue is scanned, so a notice cannot be lost with an after-commit callback (a crash, a broker
+outage). A transition listener only makes it prompt: the first preview that starts waiting for staff
+in a window of REVIEW_NOTIFY_BATCH_SECONDS publishes the digest task to run at the window's end, so a
+burst is still one message (with a broker; in eager mode the beat schedule alone sends).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from .models import AuditEvent, Preview, PreviewStatus, ReviewNotice, ReviewNoti
 from .money import format_minor
 from .registry import registry
 from .services import audit_at_commit, audit_record
+from .transitions import on_preview_transition
 
 logger = logging.getLogger(__name__)
 
@@ -268,6 +271,7 @@ class SendReport:
 
 
 SEND_LOCK = "approvals:notify-reviewers:lock"
+KICK_KEY = "approvals:notify-reviewers:kick"
 SEND_LOCK_SECONDS = 600
 
 
@@ -408,3 +412,22 @@ def counter_proposal_email(preview_id: str) -> bool:
         to=[preview.actor.email],
     ).send()
     return True
+
+
+def _kick_on_waiting(preview_id: str, previous_status: str, status: str) -> None:
+    """A preview started waiting for staff: have the digest run at the end of this batch window."""
+    if status != PreviewStatus.AWAITING_STAFF or settings.CELERY_TASK_ALWAYS_EAGER:
+        return
+    window = settings.REVIEW_NOTIFY_BATCH_SECONDS
+    try:
+        if not cache.add(KICK_KEY, preview_id, timeout=window):
+            return  # already scheduled for this window
+        from .tasks import notify_reviewers as task
+
+        task.apply_async(countdown=window)
+    except Exception:  # noqa: BLE001 - the beat schedule sends anyway
+        logger.warning("Could not schedule the reviewer digest; the beat schedule will send it", exc_info=True)
+
+
+def register() -> None:
+    on_preview_transition(_kick_on_waiting)

@@ -224,3 +224,32 @@ def test_the_signature_is_checked_against_the_secret(receiver, reviewers, settin
     bulk_previews(1, customer=UserFactory(username="dora"), order_number="o-1")
     report = notify_reviewers()
     assert receiver.messages[0]["verified"] is False and report.failures == 1
+
+
+def test_a_burst_entering_the_staff_queue_schedules_one_digest(settings, monkeypatch, alice,
+                                                               django_capture_on_commit_callbacks):
+    """With a broker, the first preview that starts waiting for staff in a window schedules the digest at
+    the window's end; the rest of the burst joins it."""
+    from django.core.cache import cache
+
+    from approvals import tasks
+    from approvals.notifications import KICK_KEY
+    from tests.console.conftest import confirmed, proposed
+    from tests.factories import OrderFactory
+
+    cache.delete(KICK_KEY)
+    settings.STAFF_REVIEW_THRESHOLDS = {"EUR": 100}
+    settings.REVIEW_NOTIFY_BATCH_SECONDS = 30
+    scheduled = []
+    monkeypatch.setattr(tasks.notify_reviewers, "apply_async", lambda **kw: scheduled.append(kw))
+    OrderFactory(number="o-5", customer=alice, currency="EUR", total_minor=90000)
+    previews = [proposed(alice, "o-5", 1000 + i) for i in range(3)]
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            for preview in previews:
+                confirmed(preview)
+    finally:
+        settings.CELERY_TASK_ALWAYS_EAGER = True
+        cache.delete(KICK_KEY)
+    assert scheduled == [{"countdown": 30}]
