@@ -14,6 +14,7 @@ urlpatterns = [
     path("previews/<uuid:preview_id>/reject", views.preview_reject_view, name="reject"),
     path("previews/<uuid:preview_id>/retry", views.preview_retry_view, name="retry"),
     path("previews/<uuid:preview_id>/claim", views.preview_claim_view, name="claim"),
+    path("previews/<uuid:preview_id>/status", views.preview_status, name="preview_status"),
     path("previews/<uuid:preview_id>/counter", views.preview_counter_view, name="counter"),
     path("previews/<uuid:preview_id>/audit/", views.preview_audit, name="preview_audit"),
     # The subject's id is a query parameter (`?id=`): an order number may hold `/`, `%` or `?`, which no

@@ -9,7 +9,7 @@ from typing import Any
 from csp.decorators import csp_replace, csp_update
 from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
-from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -18,8 +18,9 @@ from django.views.decorators.http import require_GET, require_POST
 
 from ..counter import preview_counter_propose
 from ..errors import DecisionError
-from ..executions import execution_retry
+from ..executions import execution_of, execution_retry
 from ..models import ApprovalRole, Preview, PreviewStatus
+from ..presentation import preview_state_key
 from ..registry import registry
 from ..review_work import preview_claim, preview_release, previews_decide_many
 from ..services import agent_sessions_revoke, preview_approve, preview_decline, preview_refresh
@@ -112,6 +113,7 @@ def _detail(request: HttpRequest, preview: Preview, *, status: int = 200, **extr
         "approve_form": ApproveForm(initial={"digest": preview.digest}),
         "reject_form": RejectForm(initial={"digest": preview.digest}),
         "processing": preview.status == PreviewStatus.APPROVED,
+        "state_key": preview_state_key(preview, review.execution),
         **extra,
     }
     return render(request, "console/detail.html", context, status=status)
@@ -161,6 +163,22 @@ def _decide(
         messages.info(request, "Nothing else waits for you in the queue.")
         return redirect("console:queue")
     return redirect("console:preview", preview_id=preview.pk)
+
+
+@reviewer_required
+@require_GET
+def preview_status(request: HttpRequest, preview_id: Any) -> JsonResponse:
+    """The preview's state for the page's polling script (static/js/status.js)."""
+    preview = preview_refresh(preview=_preview_or_404(request, preview_id))
+    execution = execution_of(preview)
+    response = JsonResponse({
+        "status": preview.status,
+        "state": preview_state_key(preview, execution),
+        "outcome": execution.outcome if execution else None,
+        "waiting": preview.status == PreviewStatus.APPROVED,
+    })
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 @reviewer_required

@@ -173,3 +173,19 @@ def test_a_refund_after_an_earlier_one_is_not_flagged_first(awaiting_staff, revi
     ), amount_minor=100, currency="EUR", reason="damaged", gateway_refund_id="re_1")
     page = reviewer_client.get("/console/").content.decode()
     assert 'data-flag="first_refund"' not in page
+
+
+def test_a_processing_preview_page_polls_its_status(awaiting_staff, reviewer_client, second_reviewer,
+                                                    staff_without_permission, django_capture_on_commit_callbacks):
+    from approvals.models import ApprovalRole
+    from approvals.services import preview_approve
+
+    with django_capture_on_commit_callbacks(execute=False):
+        preview_approve(preview_id=awaiting_staff.pk, approver=second_reviewer, role=ApprovalRole.STAFF,
+                        digest=awaiting_staff.digest)
+    page = reviewer_client.get(f"/console/previews/{awaiting_staff.pk}/").content.decode()
+    assert f'data-poll-url="/console/previews/{awaiting_staff.pk}/status"' in page
+    assert '<noscript><meta http-equiv="refresh" content="15"></noscript>' in page
+    status = reviewer_client.get(f"/console/previews/{awaiting_staff.pk}/status").json()
+    assert status == {"status": "approved", "state": "pending", "outcome": "pending", "waiting": True}
+    assert logged_in(staff_without_permission).get(f"/console/previews/{awaiting_staff.pk}/status").status_code == 403
