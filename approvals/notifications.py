@@ -302,11 +302,12 @@ def notices_send() -> SendReport:
             for notice in stale:  # decided, expired or withdrawn meanwhile: nothing to say any more
                 notice.emailed_at = notice.emailed_at or now
                 notice.webhooks_sent_at = notice.webhooks_sent_at or now
-                notice.save(update_fields=["emailed_at", "webhooks_sent_at"])
                 report.skipped += 1
+            changed = stale + [notice for _kind, notices, _e, _h in outcomes for notice in notices]
+            ReviewNotice.objects.bulk_update(
+                changed, ["emailed_at", "webhooks_sent_at", "attempts", "last_error"], batch_size=500
+            )
             for kind, notices, emailed, hooked in outcomes:
-                for notice in notices:
-                    notice.save(update_fields=["emailed_at", "webhooks_sent_at", "attempts", "last_error"])
                 _audit_sent(kind, notices, newly_emailed=emailed, newly_hooked=hooked)
     finally:
         cache.delete(SEND_LOCK)
