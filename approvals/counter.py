@@ -127,6 +127,7 @@ def preview_counter_propose(
                 result={"new_preview": str(new.pk), "changes": values, "digest": digest,
                         "reason": old.failure_reason},
             )
+            metrics.decision(old, role=ApprovalRole.STAFF, decision=COUNTER_PROPOSED)
         else:
             audit_record(
                 event=AuditEvent.DECISION_REFUSED,
@@ -134,6 +135,7 @@ def preview_counter_propose(
                 actor=reviewer,
                 result={"error": error.as_dict(), "role": ApprovalRole.STAFF, "counter_proposal": values},
             )
+            metrics.decision(old, role=ApprovalRole.STAFF, decision="refused", code=error.code)
     if error is not None:
         raise error
     return new
