@@ -25,7 +25,7 @@ browser-deps:
 
 # axe-core (the accessibility checker the browser tests run) from the npm registry, kept in the repository
 # as tests/vendor/axe.min.js so the tests run offline; `make axe` fetches it again when it is missing.
-AXE_VERSION := 4.10.3
+AXE_VERSION := 4.14.1
 AXE := tests/vendor/axe.min.js
 $(AXE):
 	mkdir -p tests/vendor .axe-npm
