@@ -431,4 +431,7 @@ def _kick_on_waiting(preview_id: str, previous_status: str, status: str) -> None
 
 
 def register() -> None:
-    on_preview_transition(_kick_on_waiting)
+    """Listen to transitions when there is a broker to schedule the digest on. In eager mode (the demo,
+    the tests) the listener could do nothing, and it is left out so that transitions queue no callback."""
+    if not settings.CELERY_TASK_ALWAYS_EAGER:
+        on_preview_transition(_kick_on_waiting)

@@ -261,7 +261,7 @@ CUSTOMER_OUT_OF_DATE = {
 CUSTOMER_DECISION_ERRORS = {
     "superseded": CUSTOMER_OUT_OF_DATE["subject_changed"],
     "expired": "This request was not confirmed in time; nothing was done. Ask the assistant for a new one.",
-    "digest_mismatch": "This request changed while you were looking at it. Look at it again before deciding.",
+    "digest_mismatch": "This request changed while you were looking at it. Review it again before deciding.",
     "already_decided": "You already decided this request.",
     "not_awaiting_decision": "This request can no longer be decided.",
 }

@@ -79,7 +79,7 @@ def test_the_page_shows_the_exact_preview_and_both_forms(alice_client, o12, alic
     assert re.search(r"<dt>Reason</dt><dd>Arrived damaged</dd>", page)
     # The deadline in words, and as a time the page's script shows in the customer's own timezone
     # (UTC, labelled, without JavaScript).
-    assert re.search(r'<span id="deadline-words">in 1[45] minutes', page)
+    assert re.search(r'<span id="deadline-words">in 1[45]\s+minutes', page)
     utc = preview.expires_at.astimezone(UTC)
     assert f'<time datetime="{utc:%Y-%m-%dT%H:%M:%SZ}" data-localtime>{utc:%-d %b %Y, %H:%M} UTC</time>' in page
     assert "Waiting for your confirmation" in status_box(response)

@@ -237,6 +237,11 @@ def test_a_burst_entering_the_staff_queue_schedules_one_digest(settings, monkeyp
     from tests.console.conftest import confirmed, proposed
     from tests.factories import OrderFactory
 
+    from approvals import transitions
+    from approvals.notifications import _kick_on_waiting
+
+    # Registered at start-up only with a broker (not in eager mode, as in the tests).
+    monkeypatch.setattr(transitions, "_listeners", [_kick_on_waiting])
     cache.delete(KICK_KEY)
     settings.STAFF_REVIEW_THRESHOLDS = {"EUR": 100}
     settings.REVIEW_NOTIFY_BATCH_SECONDS = 30

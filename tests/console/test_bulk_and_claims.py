@@ -33,18 +33,21 @@ def test_bulk_approve_asks_for_confirmation_first(three_waiting, reviewer_client
     assert not Approval.objects.filter(role="staff").exists()  # nothing decided yet
 
 
-def test_a_changed_preview_is_refused_alone_and_the_rest_proceed(three_waiting, reviewer, reviewer_client):
+def test_a_changed_preview_is_refused_alone_and_the_rest_proceed(
+    three_waiting, reviewer, reviewer_client, django_capture_on_commit_callbacks
+):
     first, changed, third = three_waiting
     # Between drawing the page and the decision, the second order changed (another refund was made).
     from refunds.models import Order
 
     Order.objects.filter(number="o-72").update(version=2)
-    response = reviewer_client.post(
+    with django_capture_on_commit_callbacks(execute=True):
+        response = reviewer_client.post(
         "/console/bulk",
-        {"decision": "approve", "confirmed": "on", "back": "/console/?state=awaiting_staff",
-         "item": [item(p) for p in three_waiting]},
-        follow=True,
-    )
+            {"decision": "approve", "confirmed": "on", "back": "/console/?state=awaiting_staff",
+             "item": [item(p) for p in three_waiting]},
+            follow=True,
+        )
     assert response.redirect_chain[-1][0] == "/console/?state=awaiting_staff"
     page = response.content.decode()
     assert "You approved 2 previews; each is recorded on its own." in page
@@ -139,6 +142,7 @@ def test_claim_assign_take_over_and_release(awaiting_staff, reviewer, second_rev
 
 
 def test_approve_and_next_opens_the_next_preview_this_reviewer_can_decide(three_waiting, reviewer_client):
+    """(The worker is not run here: approved previews simply stop waiting for staff.)"""
     first, second, third = three_waiting
     response = reviewer_client.post(
         f"/console/previews/{first.pk}/approve", {"digest": first.digest, "then": "next"}

@@ -98,7 +98,9 @@ def test_the_digest_binds_the_counter_proposal_too(awaiting_staff, reviewer_clie
     assert not Preview.objects.filter(supersedes=awaiting_staff).exists()
 
 
-def test_approving_your_own_counter_proposal_counts_as_neither_eye(awaiting_staff, reviewer, second_reviewer):
+def test_approving_your_own_counter_proposal_counts_as_neither_eye(
+    awaiting_staff, reviewer, second_reviewer, django_capture_on_commit_callbacks
+):
     new = preview_counter_propose(
         preview_id=awaiting_staff.pk, reviewer=reviewer, digest=awaiting_staff.digest, values={"amount": "110"}
     )
@@ -112,7 +114,8 @@ def test_approving_your_own_counter_proposal_counts_as_neither_eye(awaiting_staf
     assert "counts as neither of the two eyes" in page
     assert 'id="approve-button"' not in page
 
-    preview_approve(preview_id=new.pk, approver=second_reviewer, role=ApprovalRole.STAFF, digest=new.digest)
+    with django_capture_on_commit_callbacks(execute=True):
+        preview_approve(preview_id=new.pk, approver=second_reviewer, role=ApprovalRole.STAFF, digest=new.digest)
     new.refresh_from_db()
     assert new.status == PreviewStatus.EXECUTED
     assert Refund.objects.get().amount_minor == 11000

@@ -35,7 +35,9 @@ def test_the_setting_is_parsed_per_action_currency_and_band(settings):
         parse_quorum("refund_order:EUR:100:0")
 
 
-def test_two_distinct_reviewers_are_needed_and_the_console_shows_1_of_2(big_order, reviewer, second_reviewer):
+def test_two_distinct_reviewers_are_needed_and_the_console_shows_1_of_2(
+    big_order, reviewer, second_reviewer, django_capture_on_commit_callbacks
+):
     preview = confirmed(proposed(big_order.customer, big_order.number, 25000))
     assert preview.staff_approvals_needed == 2
     assert preview.status == PreviewStatus.AWAITING_STAFF
@@ -60,7 +62,8 @@ def test_two_distinct_reviewers_are_needed_and_the_console_shows_1_of_2(big_orde
     assert "1 of 2" in refused.value.message
     assert AuditRecord.objects.filter(preview=preview, event=AuditEvent.DECISION_REFUSED).count() == 1
 
-    staff_approve(preview, second_reviewer)
+    with django_capture_on_commit_callbacks(execute=True):
+        staff_approve(preview, second_reviewer)
     preview.refresh_from_db()
     assert preview.status == PreviewStatus.EXECUTED  # eager Celery: executed once the quorum is met
     assert Refund.objects.get(preview=preview).amount_minor == 25000

@@ -11,7 +11,9 @@ from invoices.models import Delivery
 from .test_invoice_console import _invoice_approver, _proposed_send
 
 
-def test_the_unknown_recipient_is_flagged_and_replaced_by_a_known_contact(client, alice, inv17, smtp_server):
+def test_the_unknown_recipient_is_flagged_and_replaced_by_a_known_contact(
+    client, alice, inv17, smtp_server, django_capture_on_commit_callbacks
+):
     preview = _proposed_send(alice)  # accounts@example.test is not a contact of INV-17
     ivy, ian = _invoice_approver("ivy"), _invoice_approver("ian")
     client.force_login(ivy)
@@ -37,7 +39,8 @@ def test_the_unknown_recipient_is_flagged_and_replaced_by_a_known_contact(client
     with pytest.raises(DecisionError) as refused:
         preview_approve(preview_id=new.pk, approver=ivy, role=ApprovalRole.STAFF, digest=new.digest)
     assert refused.value.code == "counter_author"
-    preview_approve(preview_id=new.pk, approver=ian, role=ApprovalRole.STAFF, digest=new.digest)
+    with django_capture_on_commit_callbacks(execute=True):
+        preview_approve(preview_id=new.pk, approver=ian, role=ApprovalRole.STAFF, digest=new.digest)
     new.refresh_from_db()
     assert new.status == PreviewStatus.EXECUTED
     assert Delivery.objects.get().recipients == ["billing@example.test"]
