@@ -232,13 +232,10 @@ def test_a_burst_entering_the_staff_queue_schedules_one_digest(settings, monkeyp
     the window's end; the rest of the burst joins it."""
     from django.core.cache import cache
 
-    from approvals import tasks
-    from approvals.notifications import KICK_KEY
+    from approvals import tasks, transitions
+    from approvals.notifications import KICK_KEY, _kick_on_waiting
     from tests.console.conftest import confirmed, proposed
     from tests.factories import OrderFactory
-
-    from approvals import transitions
-    from approvals.notifications import _kick_on_waiting
 
     # Registered at start-up only with a broker (not in eager mode, as in the tests).
     monkeypatch.setattr(transitions, "_listeners", [_kick_on_waiting])
