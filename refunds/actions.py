@@ -271,7 +271,7 @@ class RefundOrderAction(Action):
             if threshold is not None and preview.amount_minor > threshold:
                 found.append(RiskFlag(
                     "above_threshold",
-                    f"Above {format_minor(threshold, preview.currency)} (staff review threshold)",
+                    f"Above the {format_minor(threshold, preview.currency)} threshold",
                 ))
             flags[preview.pk] = found
         return flags

@@ -161,7 +161,7 @@ def test_queue_columns_and_search_by_customer_email_and_recipient(awaiting_staff
     assert "alice@example.test" in page  # the customer
     assert awaiting_staff.agent_session.token_prefix in page  # the agent session
     assert 'data-flag="first_refund"' in page and 'data-flag="above_threshold"' in page
-    assert "Above €100.00 (staff review threshold)" in page
+    assert "Above the €100.00 threshold" in page
     assert f'value="{awaiting_staff.pk}:{awaiting_staff.digest}:{awaiting_staff.subject_version}"' in page
 
     assert str(awaiting_staff.pk) in reviewer_client.get("/console/?q=alice@example").content.decode()
