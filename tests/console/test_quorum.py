@@ -141,3 +141,12 @@ def test_the_agent_api_shows_the_count(big_order):
                        reason="damaged")
     assert response.status_code == 201
     assert response.json()["preview"]["staff_approvals_needed"] == 2
+
+
+def test_manage_py_check_refuses_unusable_review_settings(settings):
+    from approvals.quorum import review_settings_are_usable
+
+    assert review_settings_are_usable() == []
+    settings.REVIEW_QUORUM = "refund_order:EUR:lots:2"
+    settings.REVIEW_NOTIFY_WEBHOOKS, settings.REVIEW_NOTIFY_SECRET = ["https://hooks.example/x"], ""
+    assert [e.id for e in review_settings_are_usable()] == ["approvals.E101", "approvals.E102"]
