@@ -58,6 +58,9 @@ def test_a_reviewer_lowers_the_amount_and_the_customer_is_asked_again(
     assert body["status"] == "superseded"
     assert body["preview"]["superseded_by"] == str(new.pk)
     assert body["preview"]["failure"]["code"] == "counter_proposed"
+    assert "A reviewer proposed a change instead: Refund €80.00 on order o-77" in body["message"]
+    follow = agent.get(f"/api/agent/previews/{new.pk}").json()  # the agent can follow the new one
+    assert follow["status"] == "awaiting_customer" and follow["preview"]["amount_minor"] == 8000
 
     # The customer's old page explains and links to the new one, without internal words.
     customer = logged_in(old.actor)
