@@ -297,14 +297,22 @@ class RefundOrderAction(Action):
         order = Order.objects.filter(number=preview.subject_id).first()
         if order is None:
             return []
-        recorded = preview.status == PreviewStatus.EXECUTED
-        after = order.remaining_minor if recorded else order.remaining_minor - preview.amount_minor
-        return [
-            DisplayRow("Order total", format_minor(order.total_minor, order.currency)),
-            DisplayRow("Refunded before", format_minor(order.refunded_minor - (preview.amount_minor if recorded else 0),
-                                                       order.currency)),
-            DisplayRow(
-                "Left to refund after this" if not recorded else "Left to refund now",
-                format_minor(max(after, 0), order.currency),
-            ),
-        ]
+        money = order.currency
+        rows = [DisplayRow("Order total", format_minor(order.total_minor, money))]
+        if preview.status == PreviewStatus.EXECUTED:  # this refund is in the books already
+            rows += [
+                DisplayRow("Refunded so far", format_minor(order.refunded_minor, money)),
+                DisplayRow("Left to refund now", format_minor(order.remaining_minor, money)),
+            ]
+        elif preview.is_open:
+            rows += [
+                DisplayRow("Refunded before", format_minor(order.refunded_minor, money)),
+                DisplayRow("Left to refund after this",
+                           format_minor(max(order.remaining_minor - preview.amount_minor, 0), money)),
+            ]
+        else:  # not carried out: what stands now
+            rows += [
+                DisplayRow("Refunded so far", format_minor(order.refunded_minor, money)),
+                DisplayRow("Left to refund", format_minor(order.remaining_minor, money)),
+            ]
+        return rows

@@ -153,3 +153,11 @@ def test_staff_do_not_see_my_orders(db):
     page = logged_in(make_reviewer("rita")).get("/console/").content.decode()
     assert ">My orders<" not in page
     assert ">My requests<" in page
+
+
+def test_a_request_not_carried_out_shows_what_stands_now(alice_client, alice_agent, order):
+    preview = make(alice_agent, "o-40", 2500)
+    alice_client.post(f"/previews/{preview.pk}/decline", {"digest": preview.digest})
+    page = main(alice_client.get(f"/previews/{preview.pk}/"))
+    assert re.search(r"<dt>Left to refund</dt><dd>€70.00</dd>", page)
+    assert "after this" not in page

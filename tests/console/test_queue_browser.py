@@ -138,6 +138,12 @@ def test_the_pages_at_390_px_and_with_axe(live_server, browser_env, alice, setti
                     digest=waiting.digest)
     OrderFactory(number="o-65", customer=alice, currency="EUR", total_minor=9000)
     to_confirm = proposed(alice, "o-65", 3000)
+    from approvals.counter import preview_counter_propose
+
+    OrderFactory(number="o-67", customer=alice, currency="EUR", total_minor=50000)
+    countered = confirmed(proposed(alice, "o-67", 15000))
+    changed = preview_counter_propose(preview_id=countered.pk, reviewer=reviewer, digest=countered.digest,
+                                      values={"amount": "80"})
 
     staff = browser_env.new_context(viewport={"width": 390, "height": 844}, bypass_csp=True, is_mobile=True)
     staff.add_cookies([session_cookie(reviewer, live_server.url)])
@@ -157,7 +163,8 @@ def test_the_pages_at_390_px_and_with_axe(live_server, browser_env, alice, setti
     customer.add_cookies([session_cookie(alice, live_server.url)])
     page = customer.new_page()
     pages = [("customer-confirm", f"/previews/{to_confirm.pk}/"), ("customer-waiting", f"/previews/{waiting.pk}/"),
-             ("my-requests", "/previews/")]
+             ("my-requests", "/previews/"), ("customer-changed-old", f"/previews/{countered.pk}/"),
+             ("customer-changed-new", f"/previews/{changed.pk}/")]
     for name, path in pages:
         page.goto(live_server.url + path)
         page.screenshot(path=str(ARTIFACTS / f"390-{name}.png"), full_page=True)
