@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run demo-reset test install lint browser-deps clean bench bench-quick bench-deps
+.PHONY: run demo-reset test install lint browser-deps axe clean bench bench-quick bench-deps
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,18 @@ browser-deps:
 	  echo "Installing Debian's chromium for the browser tests"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
+
+# axe-core (the accessibility checker the browser tests run) from the npm registry, kept in the repository
+# as tests/vendor/axe.min.js so the tests run offline; `make axe` fetches it again when it is missing.
+AXE_VERSION := 4.14.1
+AXE := tests/vendor/axe.min.js
+$(AXE):
+	mkdir -p tests/vendor .axe-npm
+	npm install --prefix .axe-npm --no-save --no-audit --no-fund --silent axe-core@$(AXE_VERSION)
+	cp .axe-npm/node_modules/axe-core/axe.min.js $(AXE)
+	rm -rf .axe-npm
+
+axe: $(AXE)
 
 # The demo's values, asked for explicitly: the settings themselves never fall back to them. The audit
 # log's signing key is generated once (.audit-signing-key, never printed) and kept, so that the tree heads
@@ -54,7 +66,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 
-test: $(STAMP) browser-deps
+test: $(STAMP) browser-deps $(AXE)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	DJANGO_SETTINGS_MODULE=config.settings_test $(PY) manage.py makemigrations --check --dry-run

@@ -6,7 +6,11 @@ class ApprovalsConfig(AppConfig):
     verbose_name = "Approvals engine"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401  (registers the system checks)
+        from . import (  # noqa: F401  (quorum registers the check of the review settings)
+            checks,  # noqa: F401  (registers the system checks)
+            notifications,
+            quorum,
+        )
         from .api import schema  # noqa: F401  (registers the OpenAPI auth extension)
         from .people import (
             CustomerImportSerializer,
@@ -25,3 +29,5 @@ class ApprovalsConfig(AppConfig):
             ImportSection(key="staff", item_serializer=StaffImportSerializer, write=staff_upsert, order=10,
                           subject_type="user", describe=person_describe)
         )
+
+        notifications.register()  # the reviewer digest is scheduled when a preview starts waiting for staff

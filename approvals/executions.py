@@ -58,6 +58,7 @@ from .models import (
     Preview,
     PreviewStatus,
 )
+from .quorum import quorum_refusal
 from .registry import Action, registry
 from .rows import fetch_one, statement_cursor, update_fields
 from .services import (
@@ -305,6 +306,9 @@ def _checks_refusal(
             or approval.created_at > preview.expires_at
         ):
             return "approval_missing", f"The {role} approval is missing or does not match.", {}
+    missing = quorum_refusal(preview, approvals)
+    if missing is not None:
+        return "approval_missing", missing, {}
     if getattr(preview, "agent_session_revoked", False):
         return "agent_session_revoked", AGENT_SESSION_REVOKED_REASON, {}
     if action.subject_version(subject) != preview.subject_version:

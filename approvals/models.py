@@ -88,6 +88,16 @@ class Preview(models.Model):
     failure_reason = models.TextField(blank=True)
     result = models.JSONField(null=True, blank=True)
     executed_at = models.DateTimeField(null=True, blank=True)
+    # M-of-N (REVIEW_QUORUM): how many distinct staff members must approve; fixed when proposed.
+    staff_approvals_needed = models.PositiveSmallIntegerField(default=1)
+    # A counter-proposal: the reviewer who wrote it (never counts as an approver of it), and the
+    # preview it replaced (superseded, code `counter_proposed`).
+    counter_author = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    supersedes = models.OneToOneField(
+        "self", on_delete=models.PROTECT, null=True, blank=True, related_name="superseded_by"
+    )
 
     class Meta:
         ordering = ["created_at"]
@@ -193,7 +203,8 @@ class Approval(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["preview", "role"], name="one_approval_per_role"),
+            # One yes per person and role: a quorum needs that many distinct people.
+            models.UniqueConstraint(fields=["preview", "role", "approver"], name="one_approval_per_person_and_role"),
         ]
 
     def __str__(self) -> str:
@@ -227,6 +238,11 @@ class AuditEvent(models.TextChoices):
     STANDING_APPROVAL_GRANTED = "standing_approval_granted"
     STANDING_APPROVAL_USED = "standing_approval_used"
     STANDING_APPROVAL_REFUSED = "standing_approval_refused"
+    COUNTER_PROPOSED = "counter_proposed"
+    REVIEW_CLAIMED = "review_claimed"
+    REVIEW_RELEASED = "review_released"
+    REVIEWERS_NOTIFIED = "reviewers_notified"
+    REVIEW_ESCALATED = "review_escalated"
 
 
 class CurrentTransactionId(models.Func):
@@ -367,3 +383,43 @@ class RejectedCallTally(models.Model):
 
     def __str__(self) -> str:
         return f"{self.count} {self.kind} calls at {self.minute:%Y-%m-%d %H:%M}"
+
+
+class ReviewNoticeKind(models.TextChoices):
+    REVIEW_NEEDED = "review_needed", "Review needed"
+    OVERDUE = "overdue", "Overdue (escalated)"
+
+
+class ReviewNotice(models.Model):
+    """One notification owed about one preview waiting for staff: made by the digest task, sent in
+    batches (one email per person and one webhook message per URL, whatever the number of previews).
+    A channel's time stays empty until that channel took the message, so a failure is retried."""
+
+    preview = models.ForeignKey(Preview, on_delete=models.CASCADE, related_name="review_notices")
+    kind = models.CharField(max_length=16, choices=ReviewNoticeKind.choices)
+    created_at = models.DateTimeField(auto_now_add=True)
+    emailed_at = models.DateTimeField(null=True, blank=True)
+    webhooks_sent_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["preview", "kind"], name="one_review_notice_per_kind")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} notice for {self.preview_id}"
+
+
+class ReviewClaim(models.Model):
+    """A reviewer working a preview, so that two do not work the same one. Claims only guide people:
+    the decision itself is still checked (and bound to the digest) by the services."""
+
+    preview = models.OneToOneField(Preview, on_delete=models.CASCADE, primary_key=True, related_name="claim")
+    claimed_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    assigned_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    claimed_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.preview_id} claimed by {self.claimed_by}"

@@ -32,6 +32,12 @@ def preview_representation(preview: Preview, *, base_url: str) -> dict[str, Any]
         data["result"] = preview.result
     if preview.failure_code:
         data["failure"] = {"code": preview.failure_code, "reason": preview.failure_reason}
+    if preview.failure_code == "counter_proposed":
+        # A reviewer replaced it: the agent follows the new preview (same agent session).
+        replacement = Preview.objects.filter(supersedes_id=preview.pk).values_list("pk", flat=True).first()
+        data["superseded_by"] = str(replacement) if replacement else None
+    if preview.staff_approvals_needed != 1:
+        data["staff_approvals_needed"] = preview.staff_approvals_needed
     return data
 
 
@@ -138,9 +144,9 @@ STATE_WORDING: dict[str, StateWording] = {
     ),
     "declined": StateWording(
         "Declined",
-        "{headline}: declined by the customer, nothing was done.",
+        "{headline}: declined by the customer, nothing was done. {reason}",
         "You declined this request; nothing was done.",
-        "The customer declined it; nothing was done.",
+        "The customer declined it; nothing was done. {reason}",
     ),
     "rejected": StateWording(
         "Rejected by our support team",
@@ -232,3 +238,41 @@ def preview_envelope(preview: Preview, *, base_url: str) -> dict[str, Any]:
         "preview": representation,
         "message": preview_message(preview, base_url=base_url, confirm_url=representation.get("confirm_url")),
     }
+
+
+# What a customer reads when a request of theirs went out of date, by failure code: what happened
+# and what to do, without the engine's own words.
+CUSTOMER_OUT_OF_DATE = {
+    "subject_changed": (
+        "Your order changed after this request was made (for example, another refund on it was completed), "
+        "so what it shows may no longer be right. Nothing was done. Ask the assistant for a new request: "
+        "it will use your order as it is now."
+    ),
+    "counter_proposed": (
+        "Our support team changed this request, so nothing was done with this version. "
+        "Please look at the changed request and confirm or decline it."
+    ),
+    "agent_session_revoked": (
+        "The assistant that made this request was stopped before anything was done. "
+        "Nothing was done; ask again if you still want it."
+    ),
+}
+
+# Refusals of a customer's own decision, in their words (DecisionError codes).
+CUSTOMER_DECISION_ERRORS = {
+    "superseded": CUSTOMER_OUT_OF_DATE["subject_changed"],
+    "expired": "This request was not confirmed in time; nothing was done. Ask the assistant for a new one.",
+    "digest_mismatch": "This request changed while you were looking at it. Review it again before deciding.",
+    "already_decided": "You already decided this request.",
+    "not_awaiting_decision": "This request can no longer be decided.",
+}
+
+
+def customer_state_words(preview: Preview) -> tuple[str, str]:
+    """(title, sentence) for the customer, with the out-of-date explanation where there is one."""
+    title, text = preview_state_words(preview, "customer")
+    if preview.status == PreviewStatus.SUPERSEDED and preview.failure_code in CUSTOMER_OUT_OF_DATE:
+        text = CUSTOMER_OUT_OF_DATE[preview.failure_code]
+    elif preview.status == PreviewStatus.DECLINED:
+        text = "You declined this request; nothing was done."
+    return title, text

@@ -69,6 +69,26 @@ class FactTable:
 
 
 @dataclass(frozen=True)
+class CounterField:
+    """One thing a reviewer may change in a counter-proposal (e.g. the amount, or the recipient chosen
+    from `choices`), shown as a form field in the console; its value reaches Action.counter_arguments."""
+
+    name: str
+    label: str
+    current: str
+    choices: list[str] = field(default_factory=list)
+    hint: str = ""
+
+
+@dataclass(frozen=True)
+class RiskFlag:
+    """Something a reviewer should look at twice (an unknown recipient, a first refund), from the database."""
+
+    code: str
+    text: str
+
+
+@dataclass(frozen=True)
 class ReviewDocument:
     """The exact message an action will hand over (e.g. the invoice email), rendered for a reviewer."""
 
@@ -228,6 +248,33 @@ class Action(ABC):
         that failed at the bank), as a queryset of preview ids: they no longer count toward the
         spending limits. None when there are none."""
         return None
+
+    def customer_facts(self, preview: Preview) -> list[DisplayRow]:
+        """Facts the person asked to confirm wants next to the request (an order's total and what
+        remains after this refund), from the database, in their words."""
+        return []
+
+    def risk_flags(self, preview: Preview) -> list[RiskFlag]:
+        """Warnings about this preview, from the database (drawn as warnings in the queue and detail)."""
+        return self.risk_flags_many([preview]).get(preview.pk, [])
+
+    def risk_flags_many(self, previews: list[Preview]) -> dict[Any, list[RiskFlag]]:
+        """risk_flags for a page of previews, by preview id, in a few queries whatever their number."""
+        return {}
+
+    # Counter-proposals: a reviewer changes what may be changed instead of rejecting.
+
+    def counter_fields(self, preview: Preview) -> list[CounterField]:
+        """What a reviewer may change in this preview; none (the default) means no counter-proposals."""
+        return []
+
+    def counter_arguments(self, preview: Preview, values: dict[str, str]) -> dict[str, Any]:
+        """The tool arguments of the counter-proposal: the preview's own with the reviewer's `values`
+        (strings from the form). Raise PolicyRefusal for a value that cannot be used. The result goes
+        through `propose` as the preview's actor, so the same policy decides."""
+        from .errors import PolicyRefusal
+
+        raise PolicyRefusal(f"A {self.name} preview cannot be changed by a reviewer.", code="counter_not_supported")
 
 
 @dataclass

@@ -22,7 +22,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from . import metrics
+from . import metrics, quorum
 from .audit_log import canonical_bytes
 from .digests import canonical_json, digest_of, sha256_hex
 from .errors import ApplicationError, DecisionError, PolicyRefusal
@@ -283,6 +283,24 @@ def _preview_digest(preview: Preview) -> str:
             "currency": preview.currency,
             "required_approvals": preview.required_approvals,
             "expires_at": preview.expires_at.isoformat(),
+            # Only when set, so that the digests of earlier previews stay what they were.
+            **({"staff_approvals_needed": n} if (n := preview.staff_approvals_needed) != 1 else {}),
+            **({"counter_author": preview.counter_author_id} if preview.counter_author_id else {}),
+            **({"supersedes": str(preview.supersedes_id)} if preview.supersedes_id else {}),
+        }
+    )
+
+
+def _proposal_key(action_name: str, actor_pk: Any, proposal: Any) -> str:
+    """Equal proposals (same action, actor, subject version and payload) share it."""
+    return digest_of(
+        {
+            "action": action_name,
+            "actor": actor_pk,
+            "subject_type": proposal.subject_type,
+            "subject_id": proposal.subject_id,
+            "subject_version": proposal.subject_version,
+            "payload": proposal.payload,
         }
     )
 
@@ -340,15 +358,10 @@ def proposal_submit(
         metrics.proposal_refused(action.name, refusal.code)
         return ProposalOutcome(kind="refused", refusal=refusal)
 
-    proposal_key = digest_of(
-        {
-            "action": action.name,
-            "actor": actor.pk,
-            "subject_type": proposal.subject_type,
-            "subject_id": proposal.subject_id,
-            "subject_version": proposal.subject_version,
-            "payload": proposal.payload,
-        }
+    proposal_key = _proposal_key(action.name, actor.pk, proposal)
+    required, staff_needed = quorum.apply_quorum(
+        action=action.name, currency=proposal.currency, amount_minor=proposal.amount_minor,
+        required=proposal.required_approvals,
     )
     # Spending limits (approvals.limits), under row locks held until this transaction commits. The same
     # pending proposal again is answered with its preview below, which is counted already.
@@ -374,9 +387,10 @@ def proposal_submit(
         amount_minor=proposal.amount_minor,
         currency=proposal.currency,
         proposal_key=proposal_key,
-        required_approvals=proposal.required_approvals,
-        status=_status_awaiting(proposal.required_approvals, approved_roles=set()),
-        expires_at=timezone.now() + timedelta(seconds=_preview_ttl_seconds(proposal.required_approvals)),
+        required_approvals=required,
+        staff_approvals_needed=staff_needed,
+        status=_status_awaiting(required, approved_roles=set()),
+        expires_at=timezone.now() + timedelta(seconds=_preview_ttl_seconds(required)),
     )
     preview.digest = _preview_digest(preview)
     existing = _preview_insert_or_twin(preview)
@@ -543,9 +557,7 @@ def _approval_add(
             subject_version=preview.subject_version,
         )
     ])
-    approved_roles = {role}
-    if any(required != role for required in preview.required_approvals):
-        approved_roles.update(preview.approvals.values_list("role", flat=True))
+    approved_roles = quorum.approved_roles(preview, role)
     previous = preview.status
     preview.status = _status_awaiting(preview.required_approvals, approved_roles)
     update_fields(preview, ["status", "status_changed_at"])
@@ -556,12 +568,19 @@ def _approval_add(
         actor=approver,
         approval_basis={"role": role, "digest": preview.digest, "basis": basis,
                         "subject_version": preview.subject_version},
-        result={"status": preview.status},
+        result={"status": preview.status, **_quorum_facts(preview, role)},
     )
     metrics.decision(preview, role=role, decision=event)
     if preview.status == PreviewStatus.APPROVED:
         _execution_open(preview)
         _enqueue_execution(preview)
+
+
+def _quorum_facts(preview: Preview, role: str) -> dict[str, Any]:
+    if role != ApprovalRole.STAFF or preview.staff_approvals_needed == 1:
+        return {}
+    have, need = quorum.progress(preview)
+    return {"staff_approvals": have, "staff_approvals_needed": need}
 
 
 def _execution_open(preview: Preview) -> None:
@@ -633,10 +652,11 @@ def preview_decline(
         if role == ApprovalRole.CUSTOMER:
             queryset = queryset.filter(actor=person)
         preview = queryset.get(pk=preview_id)
-        error = _decision_error(preview, approver=person, role=role, digest=digest)
+        error = _decision_error(preview, approver=person, role=role, digest=digest, approving=False)
         if error is None:
             if role == ApprovalRole.CUSTOMER:
-                _mark(preview, PreviewStatus.DECLINED, code="declined", reason="The customer declined.")
+                reason = f"The customer declined: {note}" if note else "The customer declined."
+                _mark(preview, PreviewStatus.DECLINED, code="declined", reason=reason)
                 event = AuditEvent.DECLINED
             else:
                 _mark(preview, PreviewStatus.REJECTED, code="rejected", reason=note)
@@ -663,7 +683,7 @@ def _may_review(person: AbstractBaseUser, preview: Preview) -> bool:
 
 
 def _decision_error(
-    preview: Preview, *, approver: AbstractBaseUser, role: ApprovalRole, digest: str
+    preview: Preview, *, approver: AbstractBaseUser, role: ApprovalRole, digest: str, approving: bool = True
 ) -> DecisionError | None:
     """Why this person cannot decide this preview now, or None. May expire the preview."""
     if preview_expire_if_due(preview):
@@ -684,6 +704,18 @@ def _decision_error(
         )
     if role == ApprovalRole.STAFF and not _may_review(approver, preview):
         return DecisionError("You may not review this kind of action.", code="not_a_reviewer")
+    if approving and role == ApprovalRole.STAFF and preview.counter_author_id == approver.pk:
+        return DecisionError(
+            "You wrote this counter-proposal yourself; it counts as neither of the two eyes: "
+            "another staff member must review it.",
+            code="counter_author",
+        )
+    if approving and role == ApprovalRole.STAFF and preview.approvals.filter(role=role, approver=approver).exists():
+        have, need = quorum.progress(preview)
+        return DecisionError(
+            f"You already approved this preview ({have} of {need}); it needs another staff member's approval.",
+            code="already_approved_by_you",
+        )
     if digest != preview.digest:
         return DecisionError(
             "What you saw is not what this preview says now. Review it again before deciding.",

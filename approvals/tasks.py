@@ -6,7 +6,7 @@ import random
 
 from celery import shared_task
 
-from . import executions, services
+from . import executions, notifications, services
 from .errors import TransientExecutionError
 
 logger = logging.getLogger(__name__)
@@ -88,3 +88,15 @@ def deliver_audit_checkpoint(self, url: str, checkpoint: dict, **kwargs) -> None
             return
         raise self.retry(exc=error, countdown=min(60, 2**self.request.retries)) from error
     metrics.webhook_delivered("audit_checkpoint", seconds=time.monotonic() - started)
+
+
+@shared_task(name="approvals.notify_reviewers")
+def notify_reviewers(**kwargs) -> dict:  # type: ignore[no-untyped-def]
+    report = notifications.notify_reviewers()
+    return {"emails": report.emails, "webhooks": report.webhooks, "skipped": report.skipped,
+            "failures": report.failures}
+
+
+@shared_task(name="approvals.notify_counter_proposal")
+def notify_counter_proposal(preview_id: str, **kwargs) -> bool:  # type: ignore[no-untyped-def]
+    return notifications.counter_proposal_email(preview_id)

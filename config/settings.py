@@ -349,7 +349,23 @@ if AUDIT_CHECKPOINT_WEBHOOKS and not AUDIT_CHECKPOINT_WEBHOOK_SECRET:
     raise ImproperlyConfigured("AUDIT_CHECKPOINT_WEBHOOKS needs AUDIT_CHECKPOINT_WEBHOOK_SECRET (whsec_…).")
 AUDIT_SEAL_INTERVAL_SECONDS = env.float("AUDIT_SEAL_INTERVAL_SECONDS", default=0.25)
 
+# Approver notifications (approvals.notifications): the absolute address people open the console at,
+# Standard Webhooks receivers (a Slack or Teams incoming webhook takes the `text` field), their signing
+# secret (whsec_…), how often the digest task sends what is pending (one message per person and URL),
+# and escalation of previews still waiting for staff after that many seconds (0: never).
+PUBLIC_BASE_URL = env.str("PUBLIC_BASE_URL", default="http://127.0.0.1:8000").rstrip("/")
+REVIEW_NOTIFY_WEBHOOKS = [url.strip() for url in env.list("REVIEW_NOTIFY_WEBHOOKS", default=[]) if url.strip()]
+REVIEW_NOTIFY_SECRET = env.str("REVIEW_NOTIFY_SECRET", default="")
+REVIEW_NOTIFY_INTERVAL_SECONDS = env.int("REVIEW_NOTIFY_INTERVAL_SECONDS", default=60)
+REVIEW_NOTIFY_BATCH_SECONDS = env.int("REVIEW_NOTIFY_BATCH_SECONDS", default=30)
+REVIEW_NOTIFY_TIMEOUT_SECONDS = env.float("REVIEW_NOTIFY_TIMEOUT_SECONDS", default=5.0)
+REVIEW_ESCALATE_AFTER_SECONDS = env.int("REVIEW_ESCALATE_AFTER_SECONDS", default=4 * 3600)
+REVIEW_ESCALATE_EMAILS = [a.strip() for a in env.list("REVIEW_ESCALATE_EMAILS", default=[]) if a.strip()]
+# M-of-N staff approval per action, currency and amount band: `refund_order:EUR:100000:2,…` (approvals.quorum).
+REVIEW_QUORUM = env.str("REVIEW_QUORUM", default="")
+
 CELERY_BEAT_SCHEDULE = {
+    "notify-reviewers": {"task": "approvals.notify_reviewers", "schedule": float(REVIEW_NOTIFY_INTERVAL_SECONDS)},
     "expire-previews": {"task": "approvals.expire_previews", "schedule": 60.0},
     "dispatch-stalled-previews": {"task": "approvals.dispatch_stalled_previews", "schedule": 30.0},
     "resolve-unknown-executions": {"task": "approvals.resolve_unknown_executions", "schedule": 60.0},

@@ -11,11 +11,21 @@ from django.utils import timezone
 from approvals.errors import PolicyRefusal
 from approvals.models import ApprovalRole, AuditEvent, Preview
 from approvals.money import format_minor
-from approvals.registry import Action, DisplayRow, FactTable, Proposal, ReviewDocument, RuleResult, StandingGrant
+from approvals.registry import (
+    Action,
+    CounterField,
+    DisplayRow,
+    FactTable,
+    Proposal,
+    ReviewDocument,
+    RiskFlag,
+    RuleResult,
+    StandingGrant,
+)
 from approvals.services import audit_record
 
 from .mail import SEND_INVOICE, InvoiceSendRefused, invoice_delivery_record, invoice_email_send
-from .models import Delivery, Invoice, InvoiceStatus, StandingApproval
+from .models import Delivery, Invoice, InvoiceContact, InvoiceStatus, StandingApproval
 from .permissions import APPROVE_SENDS, SEND_ANY_INVOICE, may_approve_sends
 from .rendering import invoice_email_render
 from .serializers import SendInvoiceArguments
@@ -263,3 +273,40 @@ class SendInvoiceAction(Action):
                 empty="None recorded.",
             ),
         ]
+
+    def risk_flags_many(self, previews: list[Preview]) -> dict[Any, list[RiskFlag]]:
+        known = set(
+            InvoiceContact.objects.filter(invoice__number__in={p.subject_id for p in previews}).values_list(
+                "invoice__number", "email"
+            )
+        )
+        return {
+            p.pk: [] if (p.subject_id, p.payload["recipient"]) in known else [
+                RiskFlag("unknown_recipient", f"{p.payload['recipient']} is not a known billing contact")
+            ]
+            for p in previews
+        }
+
+    def counter_fields(self, preview: Preview) -> list[CounterField]:
+        contacts = sorted(
+            InvoiceContact.objects.filter(invoice__number=preview.subject_id).values_list("email", flat=True)
+        )
+        return [
+            CounterField(
+                name="recipient",
+                label="Send to (a known billing contact)",
+                current=preview.payload["recipient"],
+                choices=[c for c in contacts if c != preview.payload["recipient"]],
+                hint="Only the invoice's known billing contacts can be chosen.",
+            )
+        ]
+
+    def counter_arguments(self, preview: Preview, values: dict[str, str]) -> dict[str, Any]:
+        recipient = values.get("recipient", "").strip()
+        if not InvoiceContact.objects.filter(invoice__number=preview.subject_id, email=recipient).exists():
+            raise PolicyRefusal(
+                f"{recipient or 'That address'} is not a known billing contact of invoice {preview.subject_id}; "
+                "a counter-proposal may only send to one.",
+                code="recipient_not_known_contact",
+            )
+        return {"invoice_id": preview.subject_id, "recipient": recipient}

@@ -8,8 +8,8 @@ from django.conf import settings
 
 from approvals.errors import PolicyRefusal
 from approvals.models import ApprovalRole, Preview, PreviewStatus
-from approvals.money import format_minor
-from approvals.registry import Action, DisplayRow, FactTable, Proposal, RuleResult
+from approvals.money import format_minor, parse_major
+from approvals.registry import Action, CounterField, DisplayRow, FactTable, Proposal, RiskFlag, RuleResult
 from approvals.rows import column_sql, fetch_one
 from approvals.selectors import amount_in_flight, amount_in_flight_subquery
 
@@ -304,3 +304,63 @@ class RefundOrderAction(Action):
                 empty="No refunds have been made on this order.",
             )
         ]
+
+    def risk_flags_many(self, previews: list[Preview]) -> dict[Any, list[RiskFlag]]:
+        customers = {p.actor_id for p in previews}
+        refunded_before = set(
+            Refund.objects.filter(order__customer_id__in=customers).values_list("order__customer_id", flat=True)
+        )
+        flags: dict[Any, list[RiskFlag]] = {}
+        for preview in previews:
+            found = []
+            if preview.actor_id not in refunded_before:
+                found.append(RiskFlag("first_refund", "First refund of this customer"))
+            threshold = staff_review_threshold(preview.currency)
+            if threshold is not None and preview.amount_minor > threshold:
+                found.append(RiskFlag(
+                    "above_threshold",
+                    f"Above the {format_minor(threshold, preview.currency)} threshold",
+                ))
+            flags[preview.pk] = found
+        return flags
+
+    def counter_fields(self, preview: Preview) -> list[CounterField]:
+        return [
+            CounterField(
+                name="amount",
+                label=f"Refund amount ({preview.currency})",
+                current=format_minor(preview.amount_minor, preview.currency),
+                hint="In the order's currency, e.g. 49.90. The same refund rules apply.",
+            )
+        ]
+
+    def counter_arguments(self, preview: Preview, values: dict[str, str]) -> dict[str, Any]:
+        try:
+            amount_minor = parse_major(values.get("amount", ""), preview.currency)
+        except ValueError as error:
+            raise PolicyRefusal(f"The amount is not usable: {error}.", code="counter_amount_invalid") from error
+        return {"order_id": preview.subject_id, "amount_minor": amount_minor, "reason": preview.payload["reason"]}
+
+    def customer_facts(self, preview: Preview) -> list[DisplayRow]:
+        order = Order.objects.filter(number=preview.subject_id).first()
+        if order is None:
+            return []
+        money = order.currency
+        rows = [DisplayRow("Order total", format_minor(order.total_minor, money))]
+        if preview.status == PreviewStatus.EXECUTED:  # this refund is in the books already
+            rows += [
+                DisplayRow("Refunded so far", format_minor(order.refunded_minor, money)),
+                DisplayRow("Left to refund now", format_minor(order.remaining_minor, money)),
+            ]
+        elif preview.is_open:
+            rows += [
+                DisplayRow("Refunded before", format_minor(order.refunded_minor, money)),
+                DisplayRow("Left to refund after this",
+                           format_minor(max(order.remaining_minor - preview.amount_minor, 0), money)),
+            ]
+        else:  # not carried out: what stands now
+            rows += [
+                DisplayRow("Refunded so far", format_minor(order.refunded_minor, money)),
+                DisplayRow("Left to refund", format_minor(order.remaining_minor, money)),
+            ]
+        return rows

@@ -68,7 +68,8 @@ def test_alice_confirms_a_proposed_refund_in_the_browser(live_server, monkeypatc
 
             expect(page).to_have_url(confirm_url)
             expect(page.get_by_role("heading", level=1)).to_have_text("Refund €5.00 on order o-12")
-            expect(page.locator("dd", has_text="€5.00")).to_be_visible()
+            expect(page.locator(".fact", has_text="Refund amount").locator("dd")).to_have_text("€5.00")
+            expect(page.locator(".fact", has_text="Left to refund after this").locator("dd")).to_have_text("€5.00")
             expect(page.get_by_role("status")).to_contain_text("Waiting for your confirmation")
             page.screenshot(path=str(ARTIFACTS / "preview.png"), full_page=True)
 

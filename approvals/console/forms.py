@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -10,6 +11,8 @@ from django.core.validators import RegexValidator
 from django.utils import timezone
 
 from ..models import PreviewStatus
+from ..registry import CounterField
+from ..review_work import BulkItem
 from .selectors import ALL_STATES, DEFAULT_QUEUE_STATE, QueueFilters
 
 AGE_CHOICES = [
@@ -22,7 +25,10 @@ AGE_CHOICES = [
 
 
 class QueueFilterForm(forms.Form):
-    q = forms.CharField(label="Search order or customer", max_length=100, required=False)
+    q = forms.CharField(
+        label="Search order, invoice, customer or recipient", max_length=100, required=False,
+        help_text="An order or invoice number, a customer's name or email, an invoice recipient, or a preview id.",
+    )
     action = forms.ChoiceField(label="Action", required=False)
     state = forms.ChoiceField(
         label="State",
@@ -36,6 +42,8 @@ class QueueFilterForm(forms.Form):
         validators=[RegexValidator(r"^[A-Za-z]{3}$", "Use a three-letter currency code such as EUR.")],
     )
     age = forms.ChoiceField(label="Age", required=False, choices=AGE_CHOICES)
+    mine = forms.BooleanField(label="Only mine (claimed by me)", required=False)
+    overdue = forms.BooleanField(label="Only overdue", required=False)
 
     def __init__(self, *args: Any, actions: list[str], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -52,6 +60,8 @@ class QueueFilterForm(forms.Form):
             currency=(data.get("currency") or "").upper(),
             age=data.get("age") or "",
             query=(data.get("q") or "").strip(),
+            mine=bool(data.get("mine")),
+            overdue=bool(data.get("overdue")),
         )
 
 
@@ -95,3 +105,64 @@ class AuditExportForm(forms.Form):
     def initial_range(cls) -> dict[str, Any]:
         now = timezone.localtime().replace(second=0, microsecond=0)
         return {"start": now - timedelta(days=1), "end": now + timedelta(minutes=1), "format": "csv"}
+
+
+class BulkDecisionForm(forms.Form):
+    """Bulk approve or reject: each checked preview carries `id:digest:subject version` as the page showed it."""
+
+    decision = forms.ChoiceField(choices=[("approve", "Approve"), ("reject", "Reject")])
+    note = forms.CharField(label="Why are you rejecting them?", max_length=1000, required=False, strip=True)
+    confirmed = forms.BooleanField(required=False)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.items: list[BulkItem] = []
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        raw = self.data.getlist("item") if hasattr(self.data, "getlist") else []
+        if not raw:
+            raise forms.ValidationError("Tick at least one preview.")
+        if len(raw) > 200:
+            raise forms.ValidationError("Decide at most 200 previews at once.")
+        items = []
+        for value in raw:
+            parts = str(value).split(":")
+            try:
+                preview_id, digest, version = str(uuid.UUID(parts[0])), parts[1], int(parts[2])
+            except (ValueError, IndexError) as error:
+                raise forms.ValidationError("The list of previews was damaged; reload the queue.") from error
+            if len(parts) != 3 or len(digest) != 64:
+                raise forms.ValidationError("The list of previews was damaged; reload the queue.")
+            items.append(BulkItem(preview_id, digest, version))
+        self.items = items
+        if data.get("decision") == "reject" and not data.get("note"):
+            self.add_error("note", "Write a note: the customers and the audit log see why they were rejected.")
+        return data
+
+
+class CounterProposalForm(forms.Form):
+    """A reviewer's change, with the digest of the preview they saw; the fields come from the action."""
+
+    digest = forms.CharField(max_length=64, min_length=64)
+
+    def __init__(self, *args: Any, counter_fields: list[CounterField], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.counter_fields = counter_fields
+        for spec in counter_fields:
+            if spec.choices:
+                self.fields[spec.name] = forms.ChoiceField(
+                    label=spec.label, choices=[("", "Choose…")] + [(c, c) for c in spec.choices], help_text=spec.hint
+                )
+            else:
+                self.fields[spec.name] = forms.CharField(label=spec.label, max_length=64, help_text=spec.hint)
+
+    def values(self) -> dict[str, str]:
+        return {spec.name: str(self.cleaned_data.get(spec.name, "")) for spec in self.counter_fields}
+
+
+class ClaimForm(forms.Form):
+    operation = forms.ChoiceField(choices=[("claim", "Claim"), ("take_over", "Take over"), ("release", "Release"),
+                                           ("assign", "Assign")])
+    assignee = forms.IntegerField(required=False)
+    next = forms.CharField(required=False, max_length=500)

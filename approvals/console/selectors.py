@@ -18,9 +18,21 @@ from django.db.models import Case, Count, Q, QuerySet, When
 from django.utils import timezone
 
 from ..executions import effect_reference, execution_of, execution_staff_step, executions_of
-from ..models import AgentSession, AuditEvent, AuditRecord, Execution, Preview, PreviewStatus
+from ..models import (
+    AgentSession,
+    Approval,
+    ApprovalRole,
+    AuditEvent,
+    AuditRecord,
+    Execution,
+    Preview,
+    PreviewStatus,
+    ReviewClaim,
+)
+from ..notifications import escalation_due_before, reviewers
 from ..presentation import preview_state_words
-from ..registry import Action, DisplayRow, FactTable, ReviewDocument, RuleResult, registry
+from ..quorum import counting_staff_approvers
+from ..registry import Action, CounterField, DisplayRow, FactTable, ReviewDocument, RiskFlag, RuleResult, registry
 
 QUEUE_PAGE_SIZE = 50
 DEFAULT_QUEUE_STATE = PreviewStatus.AWAITING_STAFF.value
@@ -84,12 +96,23 @@ class QueueFilters:
     currency: str = ""
     age: str = ""
     query: str = ""
+    mine: bool = False
+    overdue: bool = False
 
 
 @dataclass(frozen=True)
 class QueueRow:
     preview: Preview
     summary: str
+    flags: list[RiskFlag] = field(default_factory=list)
+    overdue: bool = False
+    staff_approvals: int = 0
+
+    @property
+    def quorum(self) -> str:
+        """`1 of 2` while an M-of-N preview collects staff approvals; empty for a single approval."""
+        needed = self.preview.staff_approvals_needed
+        return f"{self.staff_approvals} of {needed}" if needed > 1 else ""
 
 
 @dataclass(frozen=True)
@@ -111,7 +134,13 @@ class Queue:
 
 
 def _search(queryset: QuerySet[Preview], query: str) -> QuerySet[Preview]:
-    condition = Q(subject_id__icontains=query) | Q(actor__username__icontains=query)
+    """By order or invoice number, the customer's username or email, an invoice's recipient, or the id."""
+    condition = (
+        Q(subject_id__icontains=query)
+        | Q(actor__username__icontains=query)
+        | Q(actor__email__icontains=query)
+        | Q(payload__recipient__icontains=query)
+    )
     try:
         condition |= Q(pk=uuid.UUID(query))
     except ValueError:
@@ -135,22 +164,78 @@ def review_queue(*, user: AbstractBaseUser, filters: QueueFilters, page_number: 
         scoped = scoped.filter(created_at__lte=timezone.now() - AGE_LIMITS[filters.age])
     if filters.query:
         scoped = _search(scoped, filters.query)
+    if filters.mine:
+        scoped = scoped.filter(claim__claimed_by=user)
+    due = escalation_due_before()
+    if filters.overdue:
+        overdue = Q(status=PreviewStatus.AWAITING_STAFF, status_changed_at__lte=due)
+        scoped = scoped.filter(overdue) if due else scoped.none()
 
     # COUNT(*) rather than COUNT(id): answered from the (action, status) index alone.
     by_state = dict(scoped.order_by().values_list("status").annotate(n=Count("*")))
     counts = [StateCount(s.value, s.label, by_state.get(s.value, 0)) for s in PreviewStatus]
 
     listed = scoped if filters.state == ALL_STATES else scoped.filter(status=filters.state)
-    listed = listed.select_related("actor").order_by("created_at", "pk")
+    listed = listed.select_related("actor", "agent_session", "claim__claimed_by").order_by("created_at", "pk")
     total_all = sum(by_state.values())
     total = total_all if filters.state == ALL_STATES else by_state.get(filters.state, 0)
     paginator = Paginator(listed, QUEUE_PAGE_SIZE)
     paginator.count = total  # known from the counts per state: no second COUNT over the queue
     page = paginator.get_page(page_number)
-    rows = [QueueRow(preview=p, summary=_summary(p)) for p in page.object_list]
+    rows = queue_rows(list(page.object_list), due=due)
     return Queue(
         page=page, rows=rows, counts=counts, total=total, total_all=total_all, filters=filters, actions=actions
     )
+
+
+def queue_rows(previews: list[Preview], *, due: datetime | None = None) -> list[QueueRow]:
+    """Rows with their risk flags (a query per action kind) and staff approvals (one query)."""
+    flags: dict[Any, list[RiskFlag]] = {}
+    for name in {p.action for p in previews}:
+        action = registry.action(name)
+        if action is not None:
+            flags.update(action.risk_flags_many([p for p in previews if p.action == name]))
+    quorum_ids = [p.pk for p in previews if p.staff_approvals_needed > 1]
+    approvals: dict[Any, list[tuple[str, Any]]] = {}
+    if quorum_ids:
+        for preview_id, role, approver in Approval.objects.filter(
+            preview_id__in=quorum_ids, role=ApprovalRole.STAFF
+        ).values_list("preview_id", "role", "approver_id"):
+            approvals.setdefault(preview_id, []).append((role, approver))
+    return [
+        QueueRow(
+            preview=p,
+            summary=_summary(p),
+            flags=flags.get(p.pk, []),
+            overdue=due is not None and p.status == PreviewStatus.AWAITING_STAFF and p.status_changed_at <= due,
+            staff_approvals=len(counting_staff_approvers(p, approvals.get(p.pk, []))),
+        )
+        for p in previews
+    ]
+
+
+def next_to_review(*, user: AbstractBaseUser, after: Preview) -> Preview | None:
+    """Approve-and-next: the oldest preview after this one (else the oldest) that this reviewer can
+    decide now: waiting for staff, not theirs, not approved by them, not claimed by someone else."""
+    candidates = (
+        reviewable_previews(user=user)
+        .filter(status=PreviewStatus.AWAITING_STAFF)
+        .exclude(pk=after.pk)
+        .exclude(actor=user)
+        .exclude(counter_author=user)
+        .exclude(approvals__role=ApprovalRole.STAFF, approvals__approver=user)
+        .filter(Q(claim__isnull=True) | Q(claim__claimed_by=user))
+        .order_by("created_at", "pk")
+    )
+    return candidates.filter(created_at__gte=after.created_at).first() or candidates.first()
+
+
+def claim_of(preview: Preview) -> Any:
+    """The preview's claim, or None (without a query when it was selected with the preview)."""
+    try:
+        return preview.claim
+    except Preview.claim.RelatedObjectDoesNotExist:
+        return None
 
 
 def _summary(preview: Preview) -> str:
@@ -183,6 +268,12 @@ class ReviewContext:
     state_title: str
     state_text: str
     effect_reference: str
+    flags: list[RiskFlag] = field(default_factory=list)
+    counter_fields: list[CounterField] = field(default_factory=list)
+    quorum: str = ""
+    overdue: bool = False
+    claim: Any = None
+    replaced_by: Preview | None = None
 
 
 def preview_review(*, preview: Preview) -> ReviewContext:
@@ -199,6 +290,7 @@ def preview_review(*, preview: Preview) -> ReviewContext:
     proposal = (
         preview.audit_records.filter(event=AuditEvent.PROPOSED).select_related("agent_session").order_by("id").first()
     )
+    row = queue_rows([preview], due=escalation_due_before())[0]
     return ReviewContext(
         preview=preview,
         action=action,
@@ -218,6 +310,14 @@ def preview_review(*, preview: Preview) -> ReviewContext:
         state_title=state_title,
         state_text=state_text,
         effect_reference=effect_reference(execution.effect) if execution and execution.effect else "",
+        flags=row.flags,
+        counter_fields=(
+            action.counter_fields(preview) if action and preview.status == PreviewStatus.AWAITING_STAFF else []
+        ),
+        quorum=row.quorum,
+        overdue=row.overdue,
+        claim=ReviewClaim.objects.select_related("claimed_by", "assigned_by").filter(preview=preview).first(),
+        replaced_by=Preview.objects.filter(supersedes=preview).first(),
     )
 
 
@@ -372,3 +472,8 @@ def live_agent_sessions() -> QuerySet[AgentSession]:
         .select_related("user")
         .order_by("-created_at")
     )
+
+
+def assignable_reviewers(*, preview: Preview) -> QuerySet[Any]:
+    """Active staff who may decide this preview (never its proposer), for the assign menu."""
+    return reviewers(preview.action).exclude(pk=preview.actor_id)

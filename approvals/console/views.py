@@ -12,18 +12,31 @@ from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.http import require_GET, require_POST
 
 from ..audit_seal import audit_seal, preview_receipt
+from ..counter import preview_counter_propose
 from ..errors import DecisionError
-from ..executions import execution_retry
+from ..executions import execution_of, execution_retry
 from ..models import ApprovalRole, Preview, PreviewStatus
+from ..presentation import preview_state_key
 from ..registry import registry
+from ..review_work import preview_claim, preview_release, previews_decide_many
 from ..services import agent_sessions_revoke, preview_approve, preview_decline, preview_refresh
 from . import selectors
 from .exports import audit_csv, audit_jsonl
-from .forms import ApproveForm, AuditExportForm, QueueFilterForm, RejectForm
+from .forms import (
+    ApproveForm,
+    AuditExportForm,
+    BulkDecisionForm,
+    ClaimForm,
+    CounterProposalForm,
+    QueueFilterForm,
+    RejectForm,
+)
 
 View = Callable[..., HttpResponse]
 
@@ -85,10 +98,16 @@ def failures(request: HttpRequest) -> HttpResponse:
 
 def _detail(request: HttpRequest, preview: Preview, *, status: int = 200, **extra: Any) -> HttpResponse:
     review = selectors.preview_review(preview=preview)
+    can_decide = preview.status == PreviewStatus.AWAITING_STAFF
     context = {
         "review": review,
         "preview": preview,
-        "can_decide": preview.status == PreviewStatus.AWAITING_STAFF,
+        "can_decide": can_decide,
+        "i_approved": can_decide and preview.approvals.filter(role=ApprovalRole.STAFF, approver=request.user).exists(),
+        "my_counter": can_decide and preview.counter_author_id == request.user.pk,
+        "counter_form": extra.pop("counter_form", None)
+        or CounterProposalForm(initial={"digest": preview.digest}, counter_fields=review.counter_fields),
+        "reviewers": selectors.assignable_reviewers(preview=preview) if can_decide else [],
         # Checked against the subject as it is now: meaningful while the preview may still run.
         "show_policy": preview.is_open or preview.status in (PreviewStatus.FAILED, PreviewStatus.NEEDS_ATTENTION),
         "own_proposal": preview.actor_id == request.user.pk,
@@ -96,6 +115,7 @@ def _detail(request: HttpRequest, preview: Preview, *, status: int = 200, **extr
         "approve_form": ApproveForm(initial={"digest": preview.digest}),
         "reject_form": RejectForm(initial={"digest": preview.digest}),
         "processing": preview.status == PreviewStatus.APPROVED,
+        "state_key": preview_state_key(preview, review.execution),
         **extra,
     }
     return render(request, "console/detail.html", context, status=status)
@@ -138,7 +158,29 @@ def _decide(
             request, _preview_or_404(request, preview_id), status=409, error=error.message, error_code=error.code
         )
     messages.success(request, done)
+    if request.POST.get("then") == "next":
+        following = selectors.next_to_review(user=request.user, after=preview)
+        if following is not None:
+            return redirect("console:preview", preview_id=following.pk)
+        messages.info(request, "Nothing else waits for you in the queue.")
+        return redirect("console:queue")
     return redirect("console:preview", preview_id=preview.pk)
+
+
+@reviewer_required
+@require_GET
+def preview_status(request: HttpRequest, preview_id: Any) -> JsonResponse:
+    """The preview's state for the page's polling script (static/js/status.js)."""
+    preview = preview_refresh(preview=_preview_or_404(request, preview_id))
+    execution = execution_of(preview)
+    response = JsonResponse({
+        "status": preview.status,
+        "state": preview_state_key(preview, execution),
+        "outcome": execution.outcome if execution else None,
+        "waiting": preview.status == PreviewStatus.APPROVED,
+    })
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 @reviewer_required
@@ -296,3 +338,108 @@ def agent_session_revoke(request: HttpRequest, session_id: int) -> HttpResponse:
         agent_sessions_revoke(session_id=session.pk, revoked_by=request.user)
         messages.success(request, f"Revoked the agent session {session.token_prefix}… of {session.user}.")
     return redirect("console:agent_sessions")
+
+
+# Working the queue quickly -------------------------------------------------------------------------
+
+
+def _back(request: HttpRequest) -> str:
+    """Where the queue page was (its filters), never anywhere outside the console."""
+    target = request.POST.get("back", "")
+    queue = reverse("console:queue")
+    if target.startswith(queue) and url_has_allowed_host_and_scheme(target, allowed_hosts=None):
+        return target
+    return queue
+
+
+@reviewer_required
+@require_POST
+def bulk_decide(request: HttpRequest) -> HttpResponse:
+    """Bulk approve or reject: a confirmation page first, then each preview decided on its own."""
+    form = BulkDecisionForm(request.POST)
+    if not form.is_valid():
+        for error in form.non_field_errors() + form["note"].errors:
+            messages.error(request, error)
+        return redirect(_back(request))
+    allowed = selectors.reviewable_previews(user=request.user)
+    decision, note = form.cleaned_data["decision"], form.cleaned_data["note"]
+    if not form.cleaned_data["confirmed"]:
+        shown = allowed.filter(pk__in=[i.preview_id for i in form.items]).select_related("actor")
+        previews = {str(p.pk): p for p in shown}
+        rows = [
+            (item, selectors.queue_rows([previews[item.preview_id]])[0] if item.preview_id in previews else None)
+            for item in form.items
+        ]
+        return render(request, "console/bulk_confirm.html", {
+            "rows": rows, "decision": decision, "note": note, "nav": "queue",
+            "back": _back(request),
+        })
+    results = previews_decide_many(
+        reviewer=request.user, items=form.items, decision=decision, note=note, allowed=allowed
+    )
+    done = [r for r in results if r.ok]
+    verb = "approved" if decision == "approve" else "rejected"
+    if done:
+        plural = "s" if len(done) != 1 else ""
+        messages.success(request, f"You {verb} {len(done)} preview{plural}; each is recorded on its own.")
+    summaries = {str(p.pk): selectors.queue_rows([p])[0].summary
+                 for p in allowed.filter(pk__in=[r.preview_id for r in results if not r.ok]).select_related("actor")}
+    for result in results:
+        if not result.ok:
+            summary = summaries.get(result.preview_id, result.preview_id)
+            messages.error(request, f"Not {verb}: {summary}. {result.message}")
+    return redirect(_back(request))
+
+
+@reviewer_required
+@require_POST
+def preview_claim_view(request: HttpRequest, preview_id: Any) -> HttpResponse:
+    preview = _preview_or_404(request, preview_id)
+    form = ClaimForm(request.POST)
+    if not form.is_valid():
+        return _detail(request, preview, status=400, error="The form was incomplete; nothing changed.")
+    operation = form.cleaned_data["operation"]
+    try:
+        if operation == "release":
+            preview_release(preview=preview, reviewer=request.user)
+            messages.success(request, "You gave the preview back to the queue.")
+        elif operation == "assign":
+            assignee = selectors.assignable_reviewers(preview=preview).filter(pk=form.cleaned_data["assignee"]).first()
+            if assignee is None:
+                return _detail(request, preview, status=400, error="Choose a reviewer who may decide this preview.")
+            preview_claim(preview=preview, reviewer=assignee, by=request.user)
+            messages.success(request, f"Assigned to {assignee.get_username()}.")
+        else:
+            preview_claim(preview=preview, reviewer=request.user, take_over=operation == "take_over")
+            messages.success(request, "You are working on this preview; others see it as yours.")
+    except DecisionError as error:
+        return _detail(request, preview, status=409, error=error.message, error_code=error.code)
+    target = form.cleaned_data.get("next") or ""
+    if target == "queue":
+        return redirect("console:queue")
+    return redirect("console:preview", preview_id=preview.pk)
+
+
+@reviewer_required
+@require_POST
+def preview_counter_view(request: HttpRequest, preview_id: Any) -> HttpResponse:
+    preview = _preview_or_404(request, preview_id)
+    action = registry.action(preview.action)
+    fields = action.counter_fields(preview) if action else []
+    form = CounterProposalForm(request.POST, counter_fields=fields)
+    if not fields:
+        return _detail(request, preview, status=409, error="This preview cannot be changed by a reviewer.")
+    if not form.is_valid():
+        return _detail(request, preview, status=400, error="The change was incomplete; nothing was decided.",
+                       counter_form=form)
+    try:
+        new = preview_counter_propose(
+            preview_id=preview.pk, reviewer=request.user, digest=form.cleaned_data["digest"], values=form.values()
+        )
+    except DecisionError as error:
+        return _detail(request, _preview_or_404(request, preview_id), status=409, error=error.message,
+                       error_code=error.code, counter_form=form)
+    asked = "the customer is asked to confirm it" if new.status == PreviewStatus.AWAITING_CUSTOMER else (
+        "another reviewer must approve it")
+    messages.success(request, f"Your counter-proposal replaced the preview; {asked}. The agent is told.")
+    return redirect("console:preview", preview_id=new.pk)

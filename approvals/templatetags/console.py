@@ -1,14 +1,15 @@
 """Words for the staff console: ages and expiry as people say them, audit facts as readable JSON."""
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django import template
 from django.utils import timezone
+from django.utils.html import format_html
 from django.utils.timesince import timesince, timeuntil
 
-from approvals.models import AWAITING_STATUSES, AuditEvent, Preview
+from approvals.models import AWAITING_STATUSES, AuditEvent, Preview, ReviewClaim
 
 register = template.Library()
 
@@ -50,3 +51,117 @@ def pretty_json(value: Any) -> str:
     if value in (None, "", {}, []):
         return ""
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+@register.simple_tag
+def localtime_tag(value: datetime | None) -> str:
+    """A time in UTC, labelled as such, that static/js/localtime.js rewrites into the viewer's own
+    timezone (with the zone shown); without JavaScript the UTC time stays, labelled."""
+    if value is None:
+        return ""
+    utc = value.astimezone(UTC)
+    return format_html(
+        '<time datetime="{}" data-localtime>{} UTC</time>',
+        utc.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        utc.strftime("%-d %b %Y, %H:%M"),
+    )
+
+
+@register.filter
+def claim_of(preview: Preview) -> ReviewClaim | None:
+    try:
+        return preview.claim
+    except Preview.claim.RelatedObjectDoesNotExist:
+        return None
+
+
+@register.filter
+def person(user: Any) -> str:
+    """A person by name: their full name with the username, or the username alone."""
+    if user is None:
+        return ""
+    full = user.get_full_name() if hasattr(user, "get_full_name") else ""
+    return f"{full} ({user.get_username()})" if full else user.get_username()
+
+
+@register.filter
+def form_field(form: Any, name: str) -> Any:
+    return form[name]
+
+
+@register.filter
+def review_summary(preview: Preview) -> str:
+    from approvals.registry import registry
+
+    action = registry.action(preview.action)
+    return action.review_summary(preview) if action else f"{preview.action} on {preview.subject_id}"
+
+
+def _who(record: Any) -> str:
+    if record.actor is None:
+        return "The system"
+    return person(record.actor)
+
+
+@register.filter
+def record_sentence(record: Any) -> str:
+    """One audit record as a sentence a person reads ("rita approved it as staff (1 of 2)…")."""
+    result = record.result or {}
+    basis = record.approval_basis or {}
+    who = _who(record)
+    agent = f" through agent session {record.agent_session.token_prefix}…" if record.agent_session_id else ""
+    event = record.event
+    error = result.get("error") if isinstance(result.get("error"), dict) else {}
+    if event == AuditEvent.PROPOSED:
+        waits = str(result.get("status", "")).replace("_", " ")
+        if result.get("counter_proposal_of"):
+            return f"{who} made a counter-proposal replacing {result['counter_proposal_of']}; it waits: {waits}."
+        return f"{who}{agent} proposed it; it waits: {waits}."
+    if event == AuditEvent.PROPOSAL_REFUSED:
+        return f"{who}{agent} proposed something the policy refused: {error.get('message', '')}"
+    if event == AuditEvent.PROPOSAL_REPEATED:
+        return f"{who}{agent} proposed the same again; the existing preview was returned."
+    if event == AuditEvent.CONFIRMED:
+        return f"{who} confirmed it as the customer."
+    if event == AuditEvent.APPROVED:
+        count = ""
+        if result.get("staff_approvals_needed"):
+            count = f" ({result.get('staff_approvals')} of {result.get('staff_approvals_needed')})"
+        how = f", on the basis of {basis.get('basis')}" if basis.get("basis") else ""
+        return f"{who} approved it as {basis.get('role', 'staff')}{count}{how}."
+    if event == AuditEvent.DECLINED:
+        note = f' Reason: "{result.get("note")}".' if result.get("note") else ""
+        return f"{who} declined it as the customer.{note}"
+    if event == AuditEvent.REJECTED:
+        return f'{who} rejected it. Note: "{result.get("note", "")}".'
+    if event == AuditEvent.DECISION_REFUSED:
+        return f"{who} tried to decide it and was refused: {error.get('message', '')}"
+    if event == AuditEvent.COUNTER_PROPOSED:
+        return f"{who} replaced it with a counter-proposal (preview {result.get('new_preview')})."
+    if event == AuditEvent.SUPERSEDED:
+        return f"It went out of date: {result.get('reason') or 'what it is about changed'}."
+    if event == AuditEvent.EXPIRED:
+        return "It expired before it was approved; nothing was done."
+    if event == AuditEvent.EXECUTED:
+        return "The worker carried it out and recorded the effect."
+    if event == AuditEvent.EXECUTION_FAILED:
+        return f"The execution failed: {result.get('reason') or error.get('message', '')}"
+    if event == AuditEvent.REVIEW_CLAIMED:
+        if result.get("assigned"):
+            return f"{who} assigned it to {result.get('claimed_by')}."
+        taken = f", taking it over from {result['previous']}" if result.get("previous") else ""
+        return f"{who} claimed it{taken}."
+    if event == AuditEvent.REVIEW_RELEASED:
+        return f"{who} gave it back to the queue."
+    if event == AuditEvent.REVIEWERS_NOTIFIED:
+        return f"Reviewers were told it waits (by {' and '.join(result.get('channels', []))})."
+    if event == AuditEvent.REVIEW_ESCALATED:
+        return f"It was escalated as overdue (by {' and '.join(result.get('channels', []))})."
+    return f"{event_words(event)}{' by ' + who if record.actor_id else ''}."
+
+
+@register.filter
+def customer_headline(preview: Preview) -> str:
+    from approvals.presentation import preview_headline
+
+    return preview_headline(preview)

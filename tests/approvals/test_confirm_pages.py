@@ -1,14 +1,13 @@
 """The customer's pages: the exact preview, Confirm/Decline with CSRF and digest, the real status."""
 
 import re
-from datetime import timedelta
+from datetime import UTC, timedelta
 
 import pytest
 from django.test import Client
 from django.utils import timezone
 
 from approvals.models import Approval, AuditRecord, Preview, PreviewStatus
-from approvals.presentation import format_datetime
 from refunds.models import LocalGatewayRefund, Order, OrderStatus, Refund
 from tests.conftest import propose
 from tests.factories import OrderFactory
@@ -78,8 +77,11 @@ def test_the_page_shows_the_exact_preview_and_both_forms(alice_client, o12, alic
     assert re.search(r"<dt>Refund amount</dt><dd>€5.00</dd>", page)
     assert re.search(r"<dt>Currency</dt><dd>EUR</dd>", page)
     assert re.search(r"<dt>Reason</dt><dd>Arrived damaged</dd>", page)
-    assert format_datetime(preview.expires_at) in page
-    assert f'datetime="{timezone.localtime(preview.expires_at).isoformat()}"' in page
+    # The deadline in words, and as a time the page's script shows in the customer's own timezone
+    # (UTC, labelled, without JavaScript).
+    assert re.search(r'<span id="deadline-words">in 1[45]\s+minutes', page)
+    utc = preview.expires_at.astimezone(UTC)
+    assert f'<time datetime="{utc:%Y-%m-%dT%H:%M:%SZ}" data-localtime>{utc:%-d %b %Y, %H:%M} UTC</time>' in page
     assert "Waiting for your confirmation" in status_box(response)
     assert "cannot be undone" in page  # what happens on confirm
     for action in ("confirm", "decline"):

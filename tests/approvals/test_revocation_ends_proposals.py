@@ -66,7 +66,8 @@ def test_the_customer_and_the_agent_see_why(alice, o12):
     browser.force_login(alice)
     page = browser.get(f"/previews/{preview.pk}/").content.decode()
     assert "Out of date." in page
-    assert "The agent session that proposed this was revoked" in page
+    # In the customer's words (no "agent session"): what happened and what to do.
+    assert "The assistant that made this request was stopped before anything was done" in page
     response = browser.post(f"/previews/{preview.pk}/confirm", {"digest": preview.digest})
     assert response.status_code in (200, 409)
     assert_nothing_moved(o12)

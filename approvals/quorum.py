@@ -1,0 +1,156 @@
+"""M-of-N staff approval (REVIEW_QUORUM): how many distinct staff members must approve a preview,
+and who counts.
+
+`REVIEW_QUORUM=refund_order:EUR:100000:2,send_invoice:*:0:2` reads: a refund in EUR from €1,000.00
+(100000 minor units) needs two staff approvers; every invoice send needs two. Per action and currency
+the band with the highest starting amount at or below the preview's amount applies (`*` matches any
+currency). The number is fixed on the preview when it is proposed (and covered by its digest).
+
+Who never counts: the proposer (the preview's actor) and the reviewer who wrote a counter-proposal;
+each person counts once. Any rejection ends the preview (preview_decline), whatever was approved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, register
+
+from .models import ApprovalRole
+
+ANY_CURRENCY = "*"
+
+
+@dataclass(frozen=True)
+class QuorumBand:
+    action: str
+    currency: str
+    from_minor: int
+    approvers: int
+
+
+def parse_quorum(value: str | Iterable[str]) -> list[QuorumBand]:
+    """Parse `action:CURRENCY:from_minor:approvers,…`; raises ValueError naming the bad item."""
+    items = value.split(",") if isinstance(value, str) else list(value)
+    bands = []
+    for raw in items:
+        item = raw.strip()
+        if not item:
+            continue
+        parts = [part.strip() for part in item.split(":")]
+        if len(parts) != 4 or not parts[0] or not parts[1]:
+            raise ValueError(f"REVIEW_QUORUM item {item!r} is not action:CURRENCY:from_minor:approvers")
+        try:
+            from_minor, approvers = int(parts[2]), int(parts[3])
+        except ValueError as error:
+            raise ValueError(f"REVIEW_QUORUM item {item!r}: the amount and the count must be integers") from error
+        if from_minor < 0 or not 1 <= approvers <= 10:
+            raise ValueError(f"REVIEW_QUORUM item {item!r}: amount at least 0, approvers from 1 to 10")
+        bands.append(QuorumBand(parts[0], parts[1].upper(), from_minor, approvers))
+    return bands
+
+
+@lru_cache(maxsize=8)
+def _bands(value: str) -> tuple[QuorumBand, ...]:
+    return tuple(parse_quorum(value))
+
+
+def staff_approvals_needed(action: str, currency: str, amount_minor: int) -> int | None:
+    """The number of distinct staff approvers REVIEW_QUORUM asks for, or None when no band applies."""
+    if not settings.REVIEW_QUORUM:
+        return None
+    matching = [
+        band
+        for band in _bands(settings.REVIEW_QUORUM)
+        if band.action == action
+        and band.currency in (currency.upper(), ANY_CURRENCY)
+        and amount_minor >= band.from_minor
+    ]
+    if not matching:
+        return None
+    # The highest band reached wins; an exact currency beats `*` at the same amount.
+    best = max(matching, key=lambda band: (band.from_minor, band.currency != ANY_CURRENCY))
+    return best.approvers
+
+
+def apply_quorum(*, action: str, currency: str, amount_minor: int, required: list[str]) -> tuple[list[str], int]:
+    """The required roles and staff count for a new preview: a band that applies makes staff review
+    required (even below the staff threshold) with that many approvers."""
+    needed = staff_approvals_needed(action, currency, amount_minor)
+    if needed is None:
+        return required, 1
+    if ApprovalRole.STAFF not in required:
+        required = [*required, ApprovalRole.STAFF.value]
+    return required, needed
+
+
+def never_counts(preview: Any) -> set[Any]:
+    """People whose staff approval of this preview can never count: its proposer and the author of
+    the counter-proposal it is."""
+    return {pk for pk in (preview.actor_id, preview.counter_author_id) if pk is not None}
+
+
+def counting_staff_approvers(preview: Any, approvals: Iterable[tuple[str, Any]]) -> set[Any]:
+    """The distinct staff approvers who count, from (role, approver id) pairs."""
+    excluded = never_counts(preview)
+    return {approver for role, approver in approvals if role == ApprovalRole.STAFF and approver not in excluded}
+
+
+def approved_roles(preview: Any, role: str) -> set[str]:
+    """The roles whose approval is complete, just after `role` approved (its row is inserted)."""
+    roles = {role}
+    others = any(required != role for required in preview.required_approvals)
+    counted = role == ApprovalRole.STAFF and preview.staff_approvals_needed > 1
+    if not (others or counted or preview.counter_author_id):
+        return roles
+    pairs = list(preview.approvals.values_list("role", "approver_id"))
+    roles |= {r for r, _ in pairs}
+    if ApprovalRole.STAFF in roles and len(counting_staff_approvers(preview, pairs)) < preview.staff_approvals_needed:
+        roles.discard(ApprovalRole.STAFF.value)
+    return roles
+
+
+def progress(preview: Any, approvals: Iterable[Any] | None = None) -> tuple[int, int]:
+    """(staff approvals that count, staff approvals needed), e.g. (1, 2) shown as "1 of 2"."""
+    rows = preview.approvals.all() if approvals is None else approvals
+    pairs = [(a.role, a.approver_id) for a in rows]
+    return len(counting_staff_approvers(preview, pairs)), preview.staff_approvals_needed
+
+
+def quorum_refusal(preview: Any, approvals: Iterable[Any]) -> str | None:
+    """For the executor: why the staff approvals do not make the quorum (each bound to the digest and
+    subject version), or None."""
+    if ApprovalRole.STAFF not in preview.required_approvals:
+        return None
+    valid = [
+        a
+        for a in approvals
+        if a.digest == preview.digest
+        and a.subject_version == preview.subject_version
+        and a.created_at <= preview.expires_at
+    ]
+    have, need = progress(preview, valid)
+    if have < need:
+        return f"{have} of the {need} staff approvals needed are recorded for this exact preview."
+    return None
+
+
+@register()
+def review_settings_are_usable(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """`manage.py check` (and every start): REVIEW_QUORUM parses, signed webhooks have their secret."""
+    problems: list[CheckMessage] = []
+    try:
+        parse_quorum(settings.REVIEW_QUORUM)
+    except ValueError as error:
+        problems.append(Error(str(error), hint="REVIEW_QUORUM=refund_order:EUR:100000:2,…", id="approvals.E101"))
+    if settings.REVIEW_NOTIFY_WEBHOOKS and not settings.REVIEW_NOTIFY_SECRET:
+        problems.append(Error(
+            "REVIEW_NOTIFY_WEBHOOKS is set but REVIEW_NOTIFY_SECRET is not: nothing would be sent unsigned.",
+            hint="Set REVIEW_NOTIFY_SECRET to a whsec_… secret shared with the receivers.",
+            id="approvals.E102",
+        ))
+    return problems
