@@ -192,6 +192,13 @@ AGENT_SESSIONS_PER_USER_MAX = env.int("AGENT_SESSIONS_PER_USER_MAX", default=5)
 # Throttled and malformed tool calls are counted per session, minute and kind (approvals.CallTally);
 # only the first ones of each minute also get a full audit record, so a flood cannot fill the log.
 AGENT_REJECTED_CALLS_AUDITED_PER_MINUTE = env.int("AGENT_REJECTED_CALLS_AUDITED_PER_MINUTE", default=10)
+# GET /api/agent/previews/<id>?wait=N holds a sync worker while it waits: capped below GUNICORN_TIMEOUT,
+# the preview read every AGENT_PREVIEW_WAIT_POLL_SECONDS (approvals/api/previews.py).
+AGENT_PREVIEW_WAIT_MAX_SECONDS = env.int("AGENT_PREVIEW_WAIT_MAX_SECONDS", default=10)
+AGENT_PREVIEW_WAIT_POLL_SECONDS = env.float("AGENT_PREVIEW_WAIT_POLL_SECONDS", default=0.5)
+# Agent session webhooks (approvals/webhooks.py): delivery attempts and the time-out of each.
+AGENT_WEBHOOK_MAX_ATTEMPTS = env.int("AGENT_WEBHOOK_MAX_ATTEMPTS", default=8)
+AGENT_WEBHOOK_TIMEOUT_SECONDS = env.float("AGENT_WEBHOOK_TIMEOUT_SECONDS", default=5.0)
 PAYMENT_GATEWAY = env.str("PAYMENT_GATEWAY", default="local")
 STRIPE_API_KEY = env.str("STRIPE_API_KEY", default="")
 STRIPE_API_BASE = env.str("STRIPE_API_BASE", default="https://api.stripe.com")
