@@ -6,6 +6,7 @@ class ApprovalsConfig(AppConfig):
     verbose_name = "Approvals engine"
 
     def ready(self) -> None:
+        from . import webhooks  # noqa: F401  (the agent webhooks' transition listener and tasks)
         from .api import schema  # noqa: F401  (registers the OpenAPI auth extension)
         from .people import (
             CustomerImportSerializer,

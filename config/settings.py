@@ -199,6 +199,12 @@ AGENT_PREVIEW_WAIT_POLL_SECONDS = env.float("AGENT_PREVIEW_WAIT_POLL_SECONDS", d
 # Agent session webhooks (approvals/webhooks.py): delivery attempts and the time-out of each.
 AGENT_WEBHOOK_MAX_ATTEMPTS = env.int("AGENT_WEBHOOK_MAX_ATTEMPTS", default=8)
 AGENT_WEBHOOK_TIMEOUT_SECONDS = env.float("AGENT_WEBHOOK_TIMEOUT_SECONDS", default=5.0)
+AGENT_WEBHOOK_BACKOFF_SECONDS = env.float("AGENT_WEBHOOK_BACKOFF_SECONDS", default=10.0)
+# Webhook URLs resolving to private, loopback or link-local addresses are refused unless this is set
+# (server-side request forgery, docs/agents.md); the embedded demo and the tests allow them.
+AGENT_WEBHOOK_ALLOW_PRIVATE = env.bool("AGENT_WEBHOOK_ALLOW_PRIVATE", default=DEMO)
+# The gateway's public address: absolute URLs in messages sent outside a request (agent webhooks).
+PUBLIC_BASE_URL = env.str("PUBLIC_BASE_URL", default="http://127.0.0.1:8000/")
 PAYMENT_GATEWAY = env.str("PAYMENT_GATEWAY", default="local")
 STRIPE_API_KEY = env.str("STRIPE_API_KEY", default="")
 STRIPE_API_BASE = env.str("STRIPE_API_BASE", default="https://api.stripe.com")
@@ -320,6 +326,7 @@ CELERY_BEAT_SCHEDULE = {
     "expire-previews": {"task": "approvals.expire_previews", "schedule": 60.0},
     "dispatch-stalled-previews": {"task": "approvals.dispatch_stalled_previews", "schedule": 30.0},
     "resolve-unknown-executions": {"task": "approvals.resolve_unknown_executions", "schedule": 60.0},
+    "resend-due-webhooks": {"task": "approvals.resend_due_webhooks", "schedule": 300.0},
 }
 # Publishing to a broker that is down fails fast; the sweeper publishes again later.
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}

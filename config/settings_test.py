@@ -23,3 +23,5 @@ ADMIN_ENABLED = True
 # The long-poll's cap: schemathesis asks for long waits; the long-poll tests raise it.
 AGENT_PREVIEW_WAIT_MAX_SECONDS = 1
 AGENT_PREVIEW_WAIT_POLL_SECONDS = 0.1
+AGENT_WEBHOOK_ALLOW_PRIVATE = True  # the tests' receivers listen on 127.0.0.1
+AGENT_WEBHOOK_BACKOFF_SECONDS = 0.2

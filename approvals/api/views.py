@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from django.db import transaction
 from django.http import Http404
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -27,6 +28,7 @@ from ..presentation import preview_envelope
 from ..registry import registry
 from ..rejected_calls import SAMPLE_CHARACTERS, rejected_call_audit_due, rejected_call_count
 from ..services import agent_session_create, preview_refresh, proposal_audit_rejected
+from ..webhooks import agent_session_webhook_set, webhook_url_check
 from .authentication import AgentTokenAuthentication
 from .calls import audit_rejected_call, raw_arguments_text, storable, tool_call
 from .errors import error_body, error_code
@@ -285,6 +287,10 @@ class AgentSessionCreateSerializer(StrictSerializer):
     tools = serializers.ListField(child=StrictCharField(max_length=64), required=False, allow_empty=False)
     ttl_seconds = StrictIntegerField(min_value=60, max_value=30 * 24 * 3600, required=False)
     label = StrictCharField(max_length=200, required=False, allow_blank=True)
+    webhook_url = StrictCharField(
+        max_length=2000, required=False,
+        help_text="http(s) URL that receives every preview transition of this session (Standard Webhooks).",
+    )
 
 
 class AgentSessionCreateView(APIView):
@@ -300,8 +306,10 @@ class AgentSessionCreateView(APIView):
                 "token": serializers.CharField(help_text="Shown once; only its hash is stored."),
                 "tools": serializers.ListField(child=serializers.CharField()),
                 "expires_at": serializers.DateTimeField(),
+                "webhook_secret": serializers.CharField(
+                    required=False, help_text="whsec_…: verifies the webhook's messages; shown once."),
             }),
-            400: error_response("A malformed request."),
+            400: error_response("A malformed request, or a webhook URL that is not http(s)."),
             403: error_response("Not logged in, no CSRF token, or a tool this person may not use."),
             415: error_response("The body is not application/json."),
         },
@@ -312,16 +320,24 @@ class AgentSessionCreateView(APIView):
         tools = data.validated_data.get("tools") or [
             name for name, action in registry.actions.items() if action.may_use(request.user)
         ]
+        webhook_url = data.validated_data.get("webhook_url")
+        if webhook_url is not None:
+            try:
+                webhook_url_check(webhook_url)
+            except ApplicationError as error:
+                return Response(error_body(**error.as_dict()), status=status.HTTP_400_BAD_REQUEST)
         try:
-            session, token = agent_session_create(
-                user=request.user, tools=tools,
-                ttl_seconds=data.validated_data.get("ttl_seconds"),
-                label=data.validated_data.get("label", ""),
-            )
+            with transaction.atomic():
+                session, token = agent_session_create(
+                    user=request.user, tools=tools,
+                    ttl_seconds=data.validated_data.get("ttl_seconds"),
+                    label=data.validated_data.get("label", ""),
+                )
+                secret = agent_session_webhook_set(session, webhook_url) if webhook_url is not None else None
         except ApplicationError as error:
             return Response(error_body(**error.as_dict()), status=status.HTTP_403_FORBIDDEN)
-        return Response(
-            {"token": token, "tools": session.tools,
-             "expires_at": session.expires_at.isoformat().replace("+00:00", "Z")},
-            status=status.HTTP_201_CREATED,
-        )
+        body = {"token": token, "tools": session.tools,
+                "expires_at": session.expires_at.isoformat().replace("+00:00", "Z")}
+        if secret is not None:
+            body["webhook_secret"] = secret
+        return Response(body, status=status.HTTP_201_CREATED)

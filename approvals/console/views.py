@@ -15,6 +15,7 @@ from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.http import require_GET, require_POST
 
 from ..errors import DecisionError
+from ..webhooks import webhook_deliveries_recent
 from ..executions import execution_retry
 from ..models import ApprovalRole, Preview, PreviewStatus
 from ..registry import registry
@@ -268,7 +269,9 @@ def audit_export(request: HttpRequest) -> HttpResponse:
 @require_GET
 def agent_sessions(request: HttpRequest) -> HttpResponse:
     sessions = selectors.live_agent_sessions()
-    return render(request, "console/agent_sessions.html", {"sessions": sessions, "nav": "sessions"})
+    return render(request, "console/agent_sessions.html", {
+        "sessions": sessions, "nav": "sessions", "webhook_deliveries": webhook_deliveries_recent(),
+    })
 
 
 @reviewer_required
