@@ -97,9 +97,10 @@ def agent_session_webhook_set(session: AgentSession, url: str) -> str:
     return session.webhook_secret
 
 
-def webhook_payload(preview: Preview) -> dict[str, Any]:
+def webhook_payload(preview: Preview, status: str) -> dict[str, Any]:
+    """`GET /api/agent/previews/<id>`'s envelope, as the preview is now, with the transition's type."""
     body = preview_envelope(preview, base_url=settings.PUBLIC_BASE_URL)
-    return {"type": f"preview.{preview.status}", **body}
+    return {"type": f"preview.{status}", **body}
 
 
 def sign(secret: str, message_id: str, sent_at: Any, body: str) -> dict[str, str]:
@@ -124,7 +125,7 @@ def preview_transition_webhook(preview_id: str, previous_status: str, status: st
         message_id=f"msg_{uuid.uuid4().hex}",
         event_type=f"preview.{status}",
         url=session.webhook_url,
-        payload=webhook_payload(preview),
+        payload=webhook_payload(preview, status),
     )
     _publish(delivery.pk)
 

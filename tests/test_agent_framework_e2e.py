@@ -163,7 +163,7 @@ def test_seed_000_conversation_through_a_real_agent_framework(way, live_server, 
         gateway = GatewayClient(live_server.url, token)
         tools = rest_tools(gateway)
         model = ScriptedSupportModel()
-    assert tools[0].args_schema == refund_schema() or tools[0].tool_call_schema
+    assert tools[0].args_schema == refund_schema()  # the schema the agent got is the serializer's
     agent = create_agent(model, tools, system_prompt="Every tool call is a proposal; report only what it says.")
 
     state = agent.invoke({"messages": [HumanMessage(
@@ -186,8 +186,7 @@ def test_seed_000_conversation_through_a_real_agent_framework(way, live_server, 
     state = agent.invoke({"messages": [*state["messages"], HumanMessage("I confirmed it on the page.")]})
     outcome = json.loads(state["messages"][-2].content)
     assert outcome["status"] == "executed" and outcome["outcome"] == "succeeded"
-    assert state["messages"][-1].content == "Done. Refunded €5.00 on order o-12 to the original payment method." \
-        or state["messages"][-1].content == f"Done. {outcome['message']}"
+    assert state["messages"][-1].content == f"Done. {outcome['message']}"
     assert "Refunded €5.00 on order o-12" in state["messages"][-1].content
 
     refund = Refund.objects.get()
