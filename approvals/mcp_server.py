@@ -35,6 +35,7 @@ What the server does:
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -52,13 +53,14 @@ from mcp.shared.exceptions import MCPError
 from rest_framework import exceptions
 
 from .api.authentication import AgentTokenAuthentication
-from .api.calls import CallAnswer, current_answer, preview_of_session, tool_call
+from .api.calls import IDEMPOTENCY_KEY, CallAnswer, current_answer, preview_of_session, tool_call
 from .api.errors import error_body
 from .api.formats import session_actions, tool_annotations, tool_definition
 from .api.throttling import AgentSessionThrottle, AgentUserThrottle
 from .digests import digest_of
 from .models import AgentSession, IdempotencyRecord, PreviewStatus
 from .presentation import preview_envelope
+from .registry import registry
 
 SESSION_SCOPE_KEY = "approvals.agent_session"
 BASE_URL_SCOPE_KEY = "approvals.base_url"
@@ -144,8 +146,11 @@ def _answer_call(
             body["call_id"] = call_id
         return CallAnswer(200, body, replayed=True)
     if call_id is not None:
+        # The call id is the idempotency key, as an Idempotency-Key header would be; one that could not be
+        # a header (too long, not visible ASCII) is keyed by its digest.
+        key = call_id if IDEMPOTENCY_KEY.match(call_id) else "mcp-call-id:" + digest_of(call_id)
         answer = tool_call(session=session, tool_name=tool_name, arguments=arguments, call_id=call_id,
-                           idempotency_key=call_id, base_url=base_url)
+                           idempotency_key=key, base_url=base_url)
         return current_answer(answer, session=session, base_url=base_url, call_id=call_id) if answer.replayed else answer
     key = _implicit_key(tool_name, arguments)
     earlier = IdempotencyRecord.objects.filter(agent_session=session, key=key).first()
@@ -229,6 +234,14 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
     return _tool_result(body)
 
 
+@functools.cache
+def _input_schema(tool_name: str) -> dict[str, Any] | None:
+    """A tool's input schema without the database (it is the action's, whoever calls): the SDK checks
+    `Mcp-Param-*` headers against it, which would otherwise list the session's tools for every call."""
+    action = registry.action(tool_name)
+    return tool_definition(action)["input_schema"] if action is not None else None
+
+
 _server: Server | None = None
 
 
@@ -237,7 +250,7 @@ def mcp_server() -> Server:
     if _server is None:
         _server = Server(
             "approval-gateway", version="1", instructions=INSTRUCTIONS,
-            on_list_tools=list_tools, on_call_tool=call_tool,
+            get_tool_input_schema=_input_schema, on_list_tools=list_tools, on_call_tool=call_tool,
         )
     return _server
 

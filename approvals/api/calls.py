@@ -16,7 +16,7 @@ from typing import Any
 from rest_framework import status
 
 from ..digests import digest_of
-from ..models import AgentSession, AuditEvent, Preview
+from ..models import AgentSession, AuditEvent, Preview, RejectedCallKind
 from ..presentation import preview_envelope
 from ..registry import registry
 from ..rejected_calls import rejected_call_audit_due, rejected_call_count
@@ -53,8 +53,6 @@ def audit_rejected_call(
     call_id: str | None = None,
 ) -> None:
     """Count a call refused before the policy; audit it in full only while few came this minute."""
-    from ..models import RejectedCallKind
-
     count = rejected_call_count(
         agent_session=session, kind=RejectedCallKind.MALFORMED, body=raw_arguments, code=str(error.get("code", ""))
     )
