@@ -151,7 +151,9 @@ def _answer_call(
         key = call_id if IDEMPOTENCY_KEY.match(call_id) else "mcp-call-id:" + digest_of(call_id)
         answer = tool_call(session=session, tool_name=tool_name, arguments=arguments, call_id=call_id,
                            idempotency_key=key, base_url=base_url)
-        return current_answer(answer, session=session, base_url=base_url, call_id=call_id) if answer.replayed else answer
+        if answer.replayed:
+            return current_answer(answer, session=session, base_url=base_url, call_id=call_id)
+        return answer
     key = _implicit_key(tool_name, arguments)
     earlier = IdempotencyRecord.objects.filter(agent_session=session, key=key).first()
     if earlier is not None:

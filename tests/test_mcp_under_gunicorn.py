@@ -65,7 +65,8 @@ def test_mcp_and_rest_on_the_same_gunicorn_port():
     for result in refusals:
         assert result.is_error and result.structured_content["error"]["code"] == "amount_exceeds_remaining"
         assert result.structured_content["error"]["remaining_minor"] == 2499
-    assert created.structured_content["status"] == "awaiting_customer" and created.structured_content["call_id"] == "g-1"
+    assert created.structured_content["status"] == "awaiting_customer"
+    assert created.structured_content["call_id"] == "g-1"
     preview = Preview.objects.get()
     assert created.structured_content["preview"]["confirm_url"] == f"{base}/previews/{preview.pk}/"
     assert AuditRecord.objects.filter(event=AuditEvent.PROPOSAL_REFUSED).count() == 6

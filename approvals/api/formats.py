@@ -32,7 +32,9 @@ OPENAI_STRICT_KEYWORDS = frozenset({
     "type", "description", "properties", "required", "additionalProperties", "enum", "const", "anyOf",
     "items", "pattern", "format", "$defs", "$ref",
 })
-OPENAI_STRICT_FORMATS = frozenset({"date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid"})
+OPENAI_STRICT_FORMATS = frozenset({
+    "date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid",
+})
 # Gemini's Schema object (an OpenAPI 3.0 subset).
 GEMINI_KEYWORDS = frozenset({
     "type", "format", "title", "description", "nullable", "enum", "maxItems", "minItems", "properties",

@@ -15,11 +15,11 @@ from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.http import require_GET, require_POST
 
 from ..errors import DecisionError
-from ..webhooks import webhook_deliveries_recent
 from ..executions import execution_retry
 from ..models import ApprovalRole, Preview, PreviewStatus
 from ..registry import registry
 from ..services import agent_sessions_revoke, preview_approve, preview_decline, preview_refresh
+from ..webhooks import webhook_deliveries_recent
 from . import selectors
 from .exports import audit_csv, audit_jsonl
 from .forms import ApproveForm, AuditExportForm, QueueFilterForm, RejectForm
