@@ -66,12 +66,12 @@ def tool_annotations(action: Action) -> dict[str, Any]:
     }
 
 
-def _constraint_words(node: dict[str, Any]) -> str:
-    """What the dropped keywords said, in words for the model."""
+def _constraint_words(node: dict[str, Any], kind: str | None) -> str:
+    """What the dropped keywords of a node of type `kind` said, in words for the model."""
     words = []
     low, high = node.get("minimum"), node.get("maximum")
     if low is not None and high is not None:
-        words.append(f"An integer from {low} to {high}." if node.get("type") == "integer" else f"From {low} to {high}.")
+        words.append(f"An integer from {low} to {high}." if kind == "integer" else f"From {low} to {high}.")
     elif low is not None:
         words.append(f"At least {low}.")
     elif high is not None:
@@ -103,7 +103,7 @@ def _project(node: Any, *, keep: Callable[[str, Any, dict[str, Any]], bool]) -> 
         else:
             result[key] = copy.deepcopy(value)
     dropped = {key: value for key, value in node.items() if key not in result}
-    words = _constraint_words(dropped)
+    words = _constraint_words(dropped, node.get("type"))
     if words:
         description = result.get("description", "")
         result["description"] = f"{description} {words}".strip() if description else words

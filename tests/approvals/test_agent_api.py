@@ -113,7 +113,7 @@ def test_tools_in_openai_format(alice_agent):
     # Strict mode's subset: the bounds and lengths the parser enforces are said in words instead.
     assert {"maximum", "minimum", "maxLength", "minLength", "format"}.isdisjoint(set(walk_keys(tools)))
     parameters = tools[0]["function"]["parameters"]
-    assert parameters["properties"]["order_id"]["description"].endswith("At most 64 characters.")
+    assert parameters["properties"]["order_id"]["description"].endswith("1 to 64 characters.")
 
 
 def test_tools_lists_only_the_sessions_tools(alice):

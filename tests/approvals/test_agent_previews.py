@@ -41,20 +41,23 @@ def test_the_list_holds_the_sessions_own_previews_newest_first(alice, bob, o12, 
 def test_the_list_filters_by_status_and_pages(alice, o12, django_capture_on_commit_callbacks):
     agent = agent_client_for(alice)
     ids = make_previews(agent, o12, 5)
-    confirmed(ids[0], alice, django_capture_on_commit_callbacks)
-
-    executed = agent.get("/api/agent/previews?status=executed").json()
-    assert [item["preview"]["id"] for item in executed["results"]] == [ids[0]]
-    assert executed["results"][0]["outcome"] == "succeeded" and executed["results"][0]["executed"] is True
-    both = agent.get("/api/agent/previews?status=executed,awaiting_customer").json()
-    assert len(both["results"]) == 5
 
     page1 = agent.get("/api/agent/previews?status=awaiting_customer&page_size=3").json()
     assert [item["preview"]["id"] for item in page1["results"]] == [ids[4], ids[3], ids[2]]
     assert page1["next"] == "http://testserver/api/agent/previews?status=awaiting_customer&page_size=3&page=2"
     page2 = agent.get(page1["next"]).json()
-    assert [item["preview"]["id"] for item in page2["results"]] == [ids[1]]
+    assert [item["preview"]["id"] for item in page2["results"]] == [ids[1], ids[0]]
     assert page2["next"] is None and page2["previous"].endswith("page=1")
+
+    confirmed(ids[0], alice, django_capture_on_commit_callbacks)
+    executed = agent.get("/api/agent/previews?status=executed").json()
+    assert [item["preview"]["id"] for item in executed["results"]] == [ids[0]]
+    assert executed["results"][0]["outcome"] == "succeeded" and executed["results"][0]["executed"] is True
+    # The refund changed the order: the other proposals on it are out of date now.
+    others = agent.get("/api/agent/previews?status=superseded,awaiting_customer").json()["results"]
+    assert sorted(item["preview"]["id"] for item in others) == sorted(ids[1:])
+    assert {item["status"] for item in others} == {Preview.objects.get(pk=ids[1]).status}
+    assert agent.get("/api/agent/previews?status=declined").json()["results"] == []
 
 
 @pytest.mark.parametrize("query, field", [

@@ -72,7 +72,7 @@ def test_openai_chat_completions_strict(agent):
     assert "maximum" not in amount and "minimum" not in amount and "format" not in amount
     assert f"An integer from 0 to {MAX_SAFE_MINOR}." in amount["description"]
     order_id = function["parameters"]["properties"]["order_id"]
-    assert "maxLength" not in order_id and "At most 64 characters." in order_id["description"]
+    assert "maxLength" not in order_id and "1 to 64 characters." in order_id["description"]
 
 
 def test_openai_responses(agent):
