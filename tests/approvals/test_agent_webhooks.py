@@ -144,19 +144,20 @@ def test_a_forged_or_stale_message_is_refused_by_the_client():
         verify_webhook(secret, body, headers, now=time.time() + 3600)
 
 
-def test_failures_are_retried_with_back_off_recorded_and_given_up(alice, published, settings):
+def test_failures_are_retried_with_back_off_recorded_and_given_up(
+    alice, published, settings, django_capture_on_commit_callbacks
+):
     settings.AGENT_WEBHOOK_MAX_ATTEMPTS = 3
     failing = Receiver(status=500)
     try:
-        session, _token = agent_session_create(user=alice, tools=["refund_order"])
+        session, token = agent_session_create(user=alice, tools=["refund_order"])
         webhooks.agent_session_webhook_set(session, failing.url)
-        order = OrderFactory(number="o-12", customer=alice)
-        preview = Preview.objects.create(
-            action="refund_order", actor=alice, agent_session=session, subject_type="order", subject_id=order.number,
-            subject_version=1, payload={}, amount_minor=1, currency="EUR", proposal_key="k", digest="d",
-            required_approvals=["customer"], expires_at="2099-01-01T00:00:00Z",
-        )
-        webhooks.preview_transition_webhook(str(preview.pk), "", "awaiting_customer")
+        OrderFactory(number="o-12", customer=alice)
+        agent = Client(headers={"Authorization": f"Bearer {token}"})
+        with django_capture_on_commit_callbacks(execute=True):
+            assert agent.post("/api/agent/tool-calls", {"name": "refund_order", "arguments": {
+                "order_id": "o-12", "amount_minor": 500, "reason": "damaged"}},
+                content_type="application/json").status_code == 201
         delivery = WebhookDelivery.objects.get()
         waits = [webhooks.webhook_attempt(delivery.pk) for _ in range(3)]
     finally:
