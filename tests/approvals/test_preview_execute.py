@@ -18,7 +18,7 @@ from approvals.models import Approval, ApprovalRole, AuditRecord, Preview, Previ
 from approvals.services import preview_approve
 from approvals.tasks import execute_preview
 from refunds.models import LocalGatewayRefund, Order, OrderStatus, Refund
-from tests.conftest import assert_nothing_moved, events, propose, tampering
+from tests.conftest import assert_nothing_moved, events, execution_callbacks, propose, tampering
 
 
 def make_preview(agent, order_id="o-12", amount_minor=500, reason="damaged") -> Preview:
@@ -35,10 +35,10 @@ def approve_held(preview, person, capture) -> list:
     """Confirm, keeping the enqueued execution in hand instead of running it."""
     with capture(execute=False) as callbacks:
         confirm(preview, person)
-    assert len(callbacks) == 1
+    assert len(execution_callbacks(callbacks)) == 1
     preview.refresh_from_db()
     assert preview.status == PreviewStatus.APPROVED
-    return callbacks
+    return execution_callbacks(callbacks)
 
 
 # Exactly once --------------------------------------------------------------------------------
