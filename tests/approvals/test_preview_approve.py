@@ -237,13 +237,13 @@ def test_a_second_confirmation_is_refused_as_already_decided(
     assert Refund.objects.count() == 0
 
     # Executed.
-    first[0]()
+    execution_callbacks(first)[0]()
     preview.refresh_from_db()
     assert preview.status == PreviewStatus.EXECUTED
     with django_capture_on_commit_callbacks(execute=True) as third, pytest.raises(DecisionError) as refused:
         confirm(preview, alice)
     assert refused.value.code == "already_decided"
-    assert third == []
+    assert execution_callbacks(third) == []
     assert Approval.objects.count() == 1
     assert Refund.objects.count() == 1
     assert LocalGatewayRefund.objects.count() == 1
