@@ -18,7 +18,8 @@ class AgentSession(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField()
     revoked_at = models.DateTimeField(null=True, blank=True)
-    webhook_url = models.URLField(
+    # A CharField: approvals.webhooks.webhook_url_check is what decides which URLs are taken.
+    webhook_url = models.CharField(
         max_length=2000, blank=True, help_text="Where each preview transition is posted (Standard Webhooks)."
     )
     webhook_secret = models.CharField(
@@ -346,7 +347,7 @@ class WebhookDelivery(models.Model):
     preview = models.ForeignKey(Preview, on_delete=models.CASCADE, related_name="+", null=True, blank=True)
     message_id = models.CharField(max_length=64, unique=True, help_text="The webhook-id header.")
     event_type = models.CharField(max_length=64)
-    url = models.URLField(max_length=2000)
+    url = models.CharField(max_length=2000)
     payload = models.JSONField()
     status = models.CharField(
         max_length=16, choices=WebhookDeliveryStatus.choices, default=WebhookDeliveryStatus.PENDING

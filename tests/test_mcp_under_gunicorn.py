@@ -15,7 +15,8 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from approvals.models import AuditEvent, AuditRecord, Preview
 from approvals.services import agent_session_create
 from tests.factories import OrderFactory, UserFactory
-from tests.workers import ROOT, free_port, stop, test_database_url, wait_for
+from tests import workers
+from tests.workers import ROOT, free_port, stop, wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -26,7 +27,7 @@ def test_mcp_and_rest_on_the_same_gunicorn_port():
     OrderFactory(number="ORD-4417", customer=alice, currency="EUR", total_minor=2499)
     _session, token = agent_session_create(user=alice, tools=["refund_order"])
     port = free_port()
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings", "DATABASE_URL": test_database_url(),
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings", "DATABASE_URL": workers.test_database_url(),
            "SECRET_KEY": "test-only-secret-key-not-for-any-deployment-0123456789", "REDIS_URL": "",
            "GUNICORN_BIND": f"127.0.0.1:{port}", "WEB_CONCURRENCY": "2", "CELERY_TASK_ALWAYS_EAGER": "true"}
     server = subprocess.Popen([sys.executable, "-m", "gunicorn", "-c", "config/gunicorn.conf.py",
