@@ -14,8 +14,8 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from approvals.models import AuditEvent, AuditRecord, Preview
 from approvals.services import agent_session_create
-from tests.factories import OrderFactory, UserFactory
 from tests import workers
+from tests.factories import OrderFactory, UserFactory
 from tests.workers import ROOT, free_port, stop, wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
