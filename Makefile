@@ -8,10 +8,10 @@ PORT ?= 8000
 
 .PHONY: run demo-reset test install lint browser-deps axe clean bench bench-quick bench-deps
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev]' -e clients/python
 	touch $(STAMP)
 
 install: $(STAMP)

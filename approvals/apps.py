@@ -6,11 +6,9 @@ class ApprovalsConfig(AppConfig):
     verbose_name = "Approvals engine"
 
     def ready(self) -> None:
-        from . import (  # noqa: F401  (quorum registers the check of the review settings)
-            checks,  # noqa: F401  (registers the system checks)
-            notifications,
-            quorum,
-        )
+        # Imported for what they register: system checks (checks, quorum), transition listeners and tasks
+        # (notifications, webhooks).
+        from . import checks, notifications, quorum, webhooks  # noqa: F401
         from .api import schema  # noqa: F401  (registers the OpenAPI auth extension)
         from .people import (
             CustomerImportSerializer,

@@ -19,6 +19,13 @@ class AgentSession(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField()
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # A CharField: approvals.webhooks.webhook_url_check is what decides which URLs are taken.
+    webhook_url = models.CharField(
+        max_length=2000, blank=True, help_text="Where each preview transition is posted (Standard Webhooks)."
+    )
+    webhook_secret = models.CharField(
+        max_length=100, blank=True, help_text="The signing secret (whsec_…), shown once when the session is minted."
+    )
 
     def __str__(self) -> str:
         return f"{self.token_prefix}… for {self.user}"
@@ -423,3 +430,38 @@ class ReviewClaim(models.Model):
 
     def __str__(self) -> str:
         return f"{self.preview_id} claimed by {self.claimed_by}"
+
+
+class WebhookDeliveryStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    DELIVERED = "delivered", "Delivered"
+    FAILED = "failed", "Failed (gave up)"
+
+
+class WebhookDelivery(models.Model):
+    """One Standard Webhooks message to an agent session's webhook: a preview transition, its attempts."""
+
+    agent_session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="webhook_deliveries")
+    preview = models.ForeignKey(Preview, on_delete=models.CASCADE, related_name="+", null=True, blank=True)
+    message_id = models.CharField(max_length=64, unique=True, help_text="The webhook-id header.")
+    event_type = models.CharField(max_length=64)
+    url = models.CharField(max_length=2000)
+    payload = models.JSONField()
+    status = models.CharField(
+        max_length=16, choices=WebhookDeliveryStatus.choices, default=WebhookDeliveryStatus.PENDING
+    )
+    attempts = models.PositiveIntegerField(default=0)
+    last_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    last_error = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["agent_session", "created_at"], name="webhook_delivery_session_idx"),
+            models.Index(fields=["status", "next_attempt_at"], name="webhook_delivery_due_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event_type} to {self.url} ({self.status})"

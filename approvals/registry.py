@@ -113,6 +113,11 @@ class Action(ABC):
     # The permission ("app_label.codename") a staff member needs to see, approve, reject or retry
     # previews of this kind in the console. Define it in approvals.models.Preview.Meta.permissions.
     review_permission: str = "approvals.review_preview"
+    #: MCP tool annotations (hints for clients, never trusted coming in): whether the action's effect,
+    #: once approved, cannot be taken back (a refund, a sent email), and whether proposing the same
+    #: arguments again has no further effect (the gateway answers with the same open preview).
+    destructive_hint: bool = True
+    idempotent_hint: bool = True
 
     @abstractmethod
     def may_use(self, user: AbstractBaseUser) -> bool:

@@ -256,6 +256,7 @@ def proposal_audit_rejected(
     tool_name: str,
     raw_arguments: str,
     error: dict[str, Any],
+    call_id: str | None = None,
 ) -> None:
     """Audit a tool call that never reached the policy (malformed, unknown or forbidden tool)."""
     metrics.proposal_rejected(tool_name, event=event, code=error.get("code", ""))
@@ -265,8 +266,13 @@ def proposal_audit_rejected(
         agent_session=agent_session,
         action=tool_name[:64],
         raw_arguments=raw_arguments,
-        result={"error": error},
+        result=_with_call_id({"error": error}, call_id),
     )
+
+
+def _with_call_id(result: dict[str, Any], call_id: str | None) -> dict[str, Any]:
+    """The caller's own id for the call (`call_id`), kept in the audit record when it sent one."""
+    return result if call_id is None else {**result, "call_id": call_id}
 
 
 def _preview_digest(preview: Preview) -> str:
@@ -337,6 +343,7 @@ def proposal_submit(
     arguments: dict[str, Any],
     raw_arguments: str,
     actor: AbstractBaseUser | None = None,
+    call_id: str | None = None,
 ) -> ProposalOutcome:
     """Check the proposal against trusted data and record an immutable preview, or refuse it.
 
@@ -353,7 +360,7 @@ def proposal_submit(
             action=action.name,
             subject_id=str(arguments.get(action.subject_argument, ""))[:64],
             raw_arguments=raw_arguments,
-            result={"error": refusal.as_dict()},
+            result=_with_call_id({"error": refusal.as_dict()}, call_id),
         )
         metrics.proposal_refused(action.name, refusal.code)
         return ProposalOutcome(kind="refused", refusal=refusal)
@@ -401,7 +408,7 @@ def proposal_submit(
             actor=actor,
             agent_session=agent_session,
             raw_arguments=raw_arguments,
-            result={"status": preview.status, "digest": preview.digest},
+            result=_with_call_id({"status": preview.status, "digest": preview.digest}, call_id),
         )
         metrics.proposal_created(preview)
         preview_transitioned(preview, "")
@@ -413,7 +420,7 @@ def proposal_submit(
         actor=actor,
         agent_session=agent_session,
         raw_arguments=raw_arguments,
-        result={"status": existing.status},
+        result=_with_call_id({"status": existing.status}, call_id),
     )
     metrics.proposal_repeated(existing)
     return ProposalOutcome(kind="repeated", preview=existing)

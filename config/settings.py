@@ -192,6 +192,20 @@ AGENT_SESSIONS_PER_USER_MAX = env.int("AGENT_SESSIONS_PER_USER_MAX", default=5)
 # Throttled and malformed tool calls are counted per session, minute and kind (approvals.CallTally);
 # only the first ones of each minute also get a full audit record, so a flood cannot fill the log.
 AGENT_REJECTED_CALLS_AUDITED_PER_MINUTE = env.int("AGENT_REJECTED_CALLS_AUDITED_PER_MINUTE", default=10)
+# GET /api/agent/previews/<id>?wait=N holds a sync worker while it waits: capped below GUNICORN_TIMEOUT,
+# the preview read every AGENT_PREVIEW_WAIT_POLL_SECONDS (approvals/api/previews.py).
+AGENT_PREVIEW_WAIT_MAX_SECONDS = env.int("AGENT_PREVIEW_WAIT_MAX_SECONDS", default=10)
+AGENT_PREVIEW_WAIT_POLL_SECONDS = env.float("AGENT_PREVIEW_WAIT_POLL_SECONDS", default=0.5)
+# Agent session webhooks (approvals/webhooks.py): delivery attempts and the time-out of each.
+AGENT_WEBHOOK_MAX_ATTEMPTS = env.int("AGENT_WEBHOOK_MAX_ATTEMPTS", default=8)
+AGENT_WEBHOOK_TIMEOUT_SECONDS = env.float("AGENT_WEBHOOK_TIMEOUT_SECONDS", default=5.0)
+AGENT_WEBHOOK_BACKOFF_SECONDS = env.float("AGENT_WEBHOOK_BACKOFF_SECONDS", default=10.0)
+# Webhook URLs resolving to private, loopback or link-local addresses are refused unless this is set
+# (server-side request forgery, docs/agents.md); the embedded demo and the tests allow them.
+AGENT_WEBHOOK_ALLOW_PRIVATE = env.bool("AGENT_WEBHOOK_ALLOW_PRIVATE", default=DEMO)
+# The gateway's public address: absolute URLs in messages sent outside a request (agent webhooks,
+# approver notifications).
+PUBLIC_BASE_URL = env.str("PUBLIC_BASE_URL", default="http://127.0.0.1:8000").rstrip("/")
 PAYMENT_GATEWAY = env.str("PAYMENT_GATEWAY", default="local")
 STRIPE_API_KEY = env.str("STRIPE_API_KEY", default="")
 STRIPE_API_BASE = env.str("STRIPE_API_BASE", default="https://api.stripe.com")
@@ -349,11 +363,9 @@ if AUDIT_CHECKPOINT_WEBHOOKS and not AUDIT_CHECKPOINT_WEBHOOK_SECRET:
     raise ImproperlyConfigured("AUDIT_CHECKPOINT_WEBHOOKS needs AUDIT_CHECKPOINT_WEBHOOK_SECRET (whsec_…).")
 AUDIT_SEAL_INTERVAL_SECONDS = env.float("AUDIT_SEAL_INTERVAL_SECONDS", default=0.25)
 
-# Approver notifications (approvals.notifications): the absolute address people open the console at,
-# Standard Webhooks receivers (a Slack or Teams incoming webhook takes the `text` field), their signing
+# Approver notifications (approvals.notifications, with PUBLIC_BASE_URL above): Standard Webhooks receivers (a Slack or Teams incoming webhook takes the `text` field), their signing
 # secret (whsec_…), how often the digest task sends what is pending (one message per person and URL),
 # and escalation of previews still waiting for staff after that many seconds (0: never).
-PUBLIC_BASE_URL = env.str("PUBLIC_BASE_URL", default="http://127.0.0.1:8000").rstrip("/")
 REVIEW_NOTIFY_WEBHOOKS = [url.strip() for url in env.list("REVIEW_NOTIFY_WEBHOOKS", default=[]) if url.strip()]
 REVIEW_NOTIFY_SECRET = env.str("REVIEW_NOTIFY_SECRET", default="")
 REVIEW_NOTIFY_INTERVAL_SECONDS = env.int("REVIEW_NOTIFY_INTERVAL_SECONDS", default=60)
@@ -370,6 +382,7 @@ CELERY_BEAT_SCHEDULE = {
     "dispatch-stalled-previews": {"task": "approvals.dispatch_stalled_previews", "schedule": 30.0},
     "resolve-unknown-executions": {"task": "approvals.resolve_unknown_executions", "schedule": 60.0},
     "reconcile-payments": {"task": "refunds.reconcile", "schedule": float(RECONCILE_INTERVAL_SECONDS)},
+    "resend-due-webhooks": {"task": "approvals.resend_due_webhooks", "schedule": 300.0},
 }
 # Publishing to a broker that is down fails fast; the sweeper publishes again later.
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}

@@ -24,3 +24,8 @@ AGENT_SESSIONS_PER_USER_MAX = 1000
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 # The admin's own tests use it; tests/test_login_throttle.py checks that it can be left out.
 ADMIN_ENABLED = True
+# The long-poll's cap: schemathesis asks for long waits; the long-poll tests raise it.
+AGENT_PREVIEW_WAIT_MAX_SECONDS = 1
+AGENT_PREVIEW_WAIT_POLL_SECONDS = 0.1
+AGENT_WEBHOOK_ALLOW_PRIVATE = True  # the tests' receivers listen on 127.0.0.1
+AGENT_WEBHOOK_BACKOFF_SECONDS = 0.2

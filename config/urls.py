@@ -7,6 +7,7 @@ from drf_spectacular.views import SpectacularAPIView
 
 from approvals.console.selectors import console_access
 from approvals.login import ThrottledLoginView
+from approvals.mcp_server import mcp_endpoint
 
 
 def home(request):  # type: ignore[no-untyped-def]
@@ -20,6 +21,7 @@ urlpatterns = [
     path("accounts/login/", ThrottledLoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/agent/", include("approvals.api.urls")),
+    path("mcp", mcp_endpoint, name="mcp"),
     path("api/schema/", SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]), name="schema"),
     path("previews/", include("approvals.urls")),
     path("orders/", include("refunds.urls")),

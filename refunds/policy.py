@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from approvals.errors import PolicyRefusal
+from approvals.money import format_minor
 
 from .models import Order, OrderStatus
 
@@ -16,6 +17,11 @@ class RefundReason:
     LATE = "late"
     UNWANTED = "unwanted"
     ALL = (DAMAGED, LATE, UNWANTED)
+
+
+def _amount(amount_minor: int, currency: str) -> str:
+    """As a person reads it and as the minor units the tool takes: `€24.99 (2499)`."""
+    return f"{format_minor(amount_minor, currency)} ({amount_minor})"
 
 
 @dataclass(frozen=True)
@@ -68,7 +74,8 @@ def refund_policy_checks(
                   f"{order.refunded_minor} refunded"
                   + (f", {in_flight_minor} being refunded now" if in_flight_minor else "") + ")."),
         None if within else PolicyRefusal(
-            f"Refund of {amount_minor} exceeds the {remaining} remaining on {order.number}",
+            f"Refund of {_amount(amount_minor, order.currency)} exceeds the "
+            f"{_amount(remaining, order.currency)} remaining on {order.number}",
             code="amount_exceeds_remaining", remaining_minor=remaining,
         ),
     ))

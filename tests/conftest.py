@@ -205,3 +205,8 @@ def give_up_execution(preview, *, effect_possible=False, error="timeout"):
     execution_attempt_failed(preview_id=preview.pk, error=failure, will_retry=False)
     preview.refresh_from_db()
     return preview
+
+
+def execution_callbacks(callbacks):
+    """The on_commit callbacks that publish an execution, without the transition listeners' (webhooks)."""
+    return [callback for callback in callbacks if "preview_transitioned" not in getattr(callback, "__qualname__", "")]

@@ -175,6 +175,14 @@ def test_every_documented_answer_of_the_other_operations_matches_the_schema(shop
     assert [t["name"] for t in plain.json()["tools"]] == ["refund_order", "send_invoice"]
     assert [t["function"]["name"] for t in openai.json()] == ["refund_order", "send_invoice"]
     assert call(shop, "/api/agent/tools", "GET", query={"format": "xml"}).status_code == 400
+    for output, names in [
+        ("openai-responses", lambda body: [t["name"] for t in body]),
+        ("anthropic", lambda body: [t["name"] for t in body]),
+        ("mcp", lambda body: [t["name"] for t in body["tools"]]),
+        ("gemini", lambda body: [d["name"] for d in body[0]["functionDeclarations"]]),
+    ]:
+        assert names(call(shop, "/api/agent/tools", "GET", query={"format": output}).json()) == [
+            "refund_order", "send_invoice"]
 
     preview_id = propose(shop, {"name": "refund_order", "arguments": GOOD}).json()["preview"]["id"]
     for status, update in [
@@ -192,6 +200,14 @@ def test_every_documented_answer_of_the_other_operations_matches_the_schema(shop
     assert receipt.status_code == 200 and receipt.json()["preview"] == preview_id
     assert call(shop, "/api/agent/previews/{preview_id}/receipt", "GET",
                 path_parameters={"preview_id": str(uuid.uuid4())}).status_code == 404
+    waited = call(shop, "/api/agent/previews/{preview_id}", "GET", path_parameters={"preview_id": preview_id},
+                  query={"wait": 1})
+    assert waited.status_code == 200 and waited.json()["status"] == "executed"
+    assert call(shop, "/api/agent/previews/{preview_id}", "GET", path_parameters={"preview_id": preview_id},
+                query={"wait": -1}).status_code == 400
+    listed = call(shop, "/api/agent/previews", "GET", query={"status": "executed,awaiting_staff"})
+    assert listed.status_code == 200 and preview_id in [item["preview"]["id"] for item in listed.json()["results"]]
+    assert call(shop, "/api/agent/previews", "GET", query={"status": "nonsense"}).status_code == 400
 
     minted = call(shop, "/api/agent/sessions", "POST", body={"tools": ["refund_order"], "ttl_seconds": 60})
     assert minted.status_code == 201

@@ -52,7 +52,7 @@ def test_the_second_call_exceeds_what_remains(alice_agent, ord4417):
         "executed": False,
         "error": {
             "code": "amount_exceeds_remaining",
-            "message": "Refund of 24990 exceeds the 2499 remaining on ORD-4417",
+            "message": "Refund of €249.90 (24990) exceeds the €24.99 (2499) remaining on ORD-4417",
             "remaining_minor": 2499,
         },
     }
@@ -112,7 +112,7 @@ def test_the_remaining_amount_accounts_for_earlier_refunds(alice_agent, ord4417)
     assert response.status_code == 422
     error = response.json()["error"]
     assert error["remaining_minor"] == 499
-    assert error["message"] == "Refund of 500 exceeds the 499 remaining on ORD-4417"
+    assert error["message"] == "Refund of €5.00 (500) exceeds the €4.99 (499) remaining on ORD-4417"
     assert propose(alice_agent, order_id="ORD-4417", amount_minor=499, reason="damaged").status_code == 201
 
 
@@ -227,10 +227,10 @@ def test_policy_function_refuses_the_second_call_with_remaining():
     refusal = refusal_of(order=seed_order(), amount_minor=24990, reason="damaged")
     assert refusal.code == "amount_exceeds_remaining"
     assert refusal.facts == {"remaining_minor": 2499}
-    assert refusal.message == "Refund of 24990 exceeds the 2499 remaining on ORD-4417"
+    assert refusal.message == "Refund of €249.90 (24990) exceeds the €24.99 (2499) remaining on ORD-4417"
     assert refusal.as_dict() == {
         "code": "amount_exceeds_remaining",
-        "message": "Refund of 24990 exceeds the 2499 remaining on ORD-4417",
+        "message": "Refund of €249.90 (24990) exceeds the €24.99 (2499) remaining on ORD-4417",
         "remaining_minor": 2499,
     }
 
@@ -268,7 +268,7 @@ def test_policy_function_fully_refunded_order_has_nothing_remaining():
     refusal = refusal_of(order=seed_order(refunded_minor=2499), amount_minor=1, reason="damaged")
     assert refusal.code == "amount_exceeds_remaining"
     assert refusal.facts == {"remaining_minor": 0}
-    assert refusal.message == "Refund of 1 exceeds the 0 remaining on ORD-4417"
+    assert refusal.message == "Refund of €0.01 (1) exceeds the €0.00 (0) remaining on ORD-4417"
 
 
 def test_policy_checks_report_every_rule_in_order():

@@ -193,6 +193,17 @@ PREVIEW_ENVELOPE = inline_serializer(
 )
 
 
+PREVIEW_PAGE = inline_serializer(
+    "PreviewPage",
+    fields={
+        "results": type(PREVIEW_ENVELOPE)(many=True, help_text="Preview envelopes, newest first."),
+        "page": serializers.IntegerField(min_value=1),
+        "next": serializers.URLField(allow_null=True),
+        "previous": serializers.URLField(allow_null=True),
+    },
+)
+
+
 # Tools --------------------------------------------------------------------------------------------
 
 TOOL_LIST = inline_serializer(
@@ -224,9 +235,59 @@ OPENAI_TOOL = inline_serializer(
         ),
     },
 )
+OPENAI_RESPONSES_TOOL = inline_serializer(
+    "OpenAIResponsesTool",
+    fields={
+        "type": serializers.ChoiceField(choices=["function"]),
+        "name": serializers.CharField(),
+        "description": serializers.CharField(),
+        "parameters": ObjectField(help_text="JSON Schema of the tool's arguments (strict mode's subset)."),
+        "strict": TrueField(),
+    },
+)
+ANTHROPIC_TOOL = inline_serializer(
+    "AnthropicTool",
+    fields={
+        "name": serializers.CharField(),
+        "description": serializers.CharField(),
+        "input_schema": ObjectField(help_text="JSON Schema of the tool's arguments."),
+    },
+)
+MCP_TOOL_LIST = inline_serializer(
+    "MCPToolList",
+    fields={
+        "tools": inline_serializer(
+            "MCPTool",
+            fields={
+                "name": serializers.CharField(),
+                "description": serializers.CharField(),
+                "inputSchema": ObjectField(help_text="JSON Schema of the tool's arguments."),
+                "annotations": ObjectField(help_text="destructiveHint, idempotentHint, readOnlyHint, openWorldHint."),
+            },
+            many=True,
+        ),
+    },
+)
+GEMINI_TOOL = inline_serializer(
+    "GeminiTool",
+    fields={
+        "functionDeclarations": inline_serializer(
+            "GeminiFunctionDeclaration",
+            fields={
+                "name": serializers.CharField(),
+                "description": serializers.CharField(),
+                "parameters": ObjectField(help_text="The arguments as Gemini's OpenAPI Schema subset."),
+            },
+            many=True,
+        ),
+    },
+)
 TOOL_LISTING = PolymorphicProxySerializer(
     component_name="ToolListing",
-    serializers=[TOOL_LIST, type(OPENAI_TOOL)(many=True)],
+    serializers=[
+        TOOL_LIST, type(OPENAI_TOOL)(many=True), type(OPENAI_RESPONSES_TOOL)(many=True),
+        type(ANTHROPIC_TOOL)(many=True), MCP_TOOL_LIST, type(GEMINI_TOOL)(many=True),
+    ],
     resource_type_field_name=None,
     many=False,
 )

@@ -16,6 +16,7 @@ def no_such_endpoint(request: HttpRequest, rest: str = "") -> JsonResponse:
 urlpatterns = [
     path("tools", views.ToolListView.as_view(), name="agent-tools"),
     path("tool-calls", views.ToolCallView.as_view(), name="agent-tool-calls"),
+    path("previews", views.PreviewListView.as_view(), name="agent-previews"),
     path("previews/<str:preview_id>", views.PreviewStatusView.as_view(), name="agent-preview"),
     path("previews/<str:preview_id>/receipt", views.PreviewReceiptView.as_view(), name="agent-preview-receipt"),
     path("sessions", views.AgentSessionCreateView.as_view(), name="agent-sessions"),

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import re
 import uuid
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from django.http import Http404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -19,36 +18,32 @@ from drf_spectacular.utils import (
 )
 from rest_framework import serializers, status
 from rest_framework.authentication import SessionAuthentication
-from rest_framework.exceptions import ParseError, UnsupportedMediaType
+from rest_framework.exceptions import ParseError, UnsupportedMediaType, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ..arguments import StrictCharField, StrictIntegerField, StrictSerializer, input_json_schema
+from ..arguments import StrictCharField, StrictIntegerField, StrictSerializer
 from ..audit_seal import audit_seal, preview_receipt
-from ..digests import digest_of
 from ..errors import ApplicationError
-from ..models import AuditEvent, Preview, RejectedCallKind
+from ..models import AuditEvent, Preview, PreviewStatus, RejectedCallKind
 from ..presentation import preview_envelope
 from ..registry import registry
 from ..rejected_calls import SAMPLE_CHARACTERS, rejected_call_audit_due, rejected_call_count
-from ..services import (
-    IdempotencyConflict,
-    agent_session_create,
-    idempotent_call,
-    preview_refresh,
-    proposal_audit_rejected,
-    proposal_submit,
-)
+from ..services import agent_session_create, preview_refresh, proposal_audit_rejected
+from ..webhooks import agent_session_webhook_set, webhook_url_check
 from .authentication import AgentTokenAuthentication
+from .calls import audit_rejected_call, raw_arguments_text, storable, tool_call
 from .errors import error_body, error_code
-from .parsers import StrictJSONError, strict_json_loads
+from .formats import FORMATS, tool_listing
+from .previews import preview_wait_for_change, session_previews
 from .schema import (
     ARGUMENTS,
     AUTH_HEADERS,
     IDEMPOTENCY_KEY_PARAMETER,
     PREVIEW_ENVELOPE,
     PREVIEW_ID,
+    PREVIEW_PAGE,
     THROTTLED,
     TOOL_LISTING,
     UNAUTHORIZED,
@@ -56,8 +51,9 @@ from .schema import (
 )
 from .throttling import AgentSessionThrottle, AgentUserThrottle
 
-IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
-
+PREVIEW_WAIT_LIMIT = 60  # what a client may ask for; the server caps the wait lower (previews.py)
+PREVIEW_PAGE_SIZE = 20
+PREVIEW_PAGE_SIZE_MAX = 100
 
 class AgentAPIView(APIView):
     authentication_classes = [AgentTokenAuthentication]
@@ -89,19 +85,6 @@ class AgentAPIView(APIView):
         super().throttled(request, wait)
 
 
-def _audit_rejected_call(
-    *, session: Any, event: AuditEvent, tool_name: str, raw_arguments: str, error: dict[str, Any]
-) -> None:
-    """Count a call refused before the policy; audit it in full only while few came this minute."""
-    count = rejected_call_count(
-        agent_session=session, kind=RejectedCallKind.MALFORMED, body=raw_arguments, code=str(error.get("code", ""))
-    )
-    if rejected_call_audit_due(count):
-        proposal_audit_rejected(
-            agent_session=session, event=event, tool_name=tool_name, raw_arguments=raw_arguments, error=error
-        )
-
-
 @extend_schema_field(ARGUMENTS)
 class ArgumentsField(serializers.JSONField):
     """A JSON object, or a string holding one (as models emit tool calls)."""
@@ -113,33 +96,13 @@ class ToolCallSerializer(StrictSerializer):
     call_id = StrictCharField(max_length=200, required=False, help_text="Your id for this call.")
 
 
-def storable(value: Any) -> Any:
-    """PostgreSQL text and jsonb cannot hold U+0000. What the audit keeps of a hostile call has it as
-    U+FFFD instead, as for bytes that were not UTF-8; everything else stays exactly as received."""
-    if isinstance(value, str):
-        return value.replace("\x00", "\ufffd")
-    if isinstance(value, dict):
-        return {storable(key): storable(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [storable(item) for item in value]
-    return value
-
-
-def _raw_arguments(data: Any) -> str:
-    arguments = data.get("arguments") if isinstance(data, dict) else None
-    if isinstance(arguments, str):
-        return arguments
-    if arguments is None:
-        return ""
-    return json.dumps(arguments, ensure_ascii=False)
-
-
 class ToolListView(AgentAPIView):
     @extend_schema(
         operation_id="list_tools",
         parameters=[
-            OpenApiParameter("format", str, enum=["openai"], required=False,
-                             description="`openai` lists the tools as OpenAI function definitions."),
+            OpenApiParameter("format", str, enum=list(FORMATS), required=False,
+                             description="The shape of a model API's tool list (docs/agents.md); without it, "
+                             "the contract's own shape."),
             *AUTH_HEADERS,
         ],
         responses={
@@ -151,31 +114,13 @@ class ToolListView(AgentAPIView):
     )
     def get(self, request: Request) -> Response:
         output = request.query_params.get("format")
-        if output is not None and output != "openai":
+        if output is not None and output not in FORMATS:
             return Response(
-                error_body("invalid_request", f"Unknown format {output[:40]!r}; the only format is 'openai'."),
+                error_body("invalid_request",
+                           f"Unknown format {output[:40]!r}; the formats are {', '.join(FORMATS)}."),
                 status=status.HTTP_400_BAD_REQUEST,
             )
-        tools = [
-            {"name": a.name, "description": a.description, "input_schema": input_json_schema(a.arguments_serializer)}
-            for name in request.auth.tools
-            if (a := registry.action(name)) is not None
-        ]
-        if output == "openai":
-            openai = [
-                {
-                    "type": "function",
-                    "function": {
-                        "name": t["name"],
-                        "description": t["description"],
-                        "parameters": t["input_schema"],
-                        "strict": True,
-                    },
-                }
-                for t in tools
-            ]
-            return Response(openai)
-        return Response({"tools": tools})
+        return Response(tool_listing(request.auth, output))
 
 
 class ToolCallView(AgentAPIView):
@@ -203,94 +148,74 @@ class ToolCallView(AgentAPIView):
         except (ParseError, UnsupportedMediaType) as error:
             # Not even JSON: still a tool call from this session, audited with the body as received
             # and the error code the caller gets (malformed_request, unsupported_media_type).
-            _audit_rejected_call(
+            audit_rejected_call(
                 session=session, event=AuditEvent.PROPOSAL_INVALID, tool_name="",
                 raw_arguments=storable(getattr(request, "raw_body_text", "")),
                 error=storable({"code": error_code(error), "message": str(error.detail)}),
             )
             raise
-        raw_arguments = _raw_arguments(data)
         tool_name = data.get("name") if isinstance(data, dict) else None
         tool_name = tool_name if isinstance(tool_name, str) else ""
-
-        def reject(http_status: int, event: AuditEvent, code: str, message: str, **facts: Any) -> Response:
-            body = storable(error_body(code, message, **facts))
-            _audit_rejected_call(
-                session=session, event=event, tool_name=storable(tool_name),
-                raw_arguments=storable(raw_arguments), error=body["error"],
-            )
-            return Response(body, status=http_status)
-
         envelope = ToolCallSerializer(data=data)
         if not envelope.is_valid():
-            return reject(400, AuditEvent.PROPOSAL_INVALID, "invalid_request",
-                          "The tool call envelope is malformed.", fields=envelope.errors)
-        action = registry.action(tool_name)
-        if action is None:
-            return reject(404, AuditEvent.PROPOSAL_INVALID, "unknown_tool", f"There is no tool named {tool_name!r}.")
-        if tool_name not in session.tools:
-            return reject(403, AuditEvent.PROPOSAL_FORBIDDEN, "tool_not_allowed",
-                          f"This agent session may not use the tool {tool_name!r}.")
-        arguments = envelope.validated_data["arguments"]
-        if isinstance(arguments, str):
-            try:
-                arguments = strict_json_loads(arguments)
-            except StrictJSONError as error:
-                return reject(400, AuditEvent.PROPOSAL_INVALID, "invalid_arguments",
-                              f"The arguments string is not valid JSON: {error}")
-        if not isinstance(arguments, dict):
-            return reject(400, AuditEvent.PROPOSAL_INVALID, "invalid_arguments",
-                          "The arguments must be a JSON object.")
-        parsed = action.arguments_serializer(data=arguments)
-        if not parsed.is_valid():
-            return reject(400, AuditEvent.PROPOSAL_INVALID, "invalid_arguments",
-                          "The arguments do not match the tool's input schema.", fields=parsed.errors)
-        call_id = envelope.validated_data.get("call_id")
-
-        def propose() -> tuple[int, dict[str, Any]]:
-            outcome = proposal_submit(
-                agent_session=session, action=action,
-                arguments=dict(parsed.validated_data), raw_arguments=raw_arguments,
+            body = storable(error_body("invalid_request", "The tool call envelope is malformed.",
+                                       fields=envelope.errors))
+            audit_rejected_call(
+                session=session, event=AuditEvent.PROPOSAL_INVALID, tool_name=storable(tool_name),
+                raw_arguments=storable(raw_arguments_text(data.get("arguments") if isinstance(data, dict) else None)),
+                error=body["error"],
             )
-            if outcome.kind == "refused":
-                body = error_body(**outcome.refusal.as_dict())
-                http_status = status.HTTP_422_UNPROCESSABLE_ENTITY
-            else:
-                body = preview_envelope(outcome.preview, base_url=self.base_url())
-                http_status = status.HTTP_201_CREATED if outcome.kind == "created" else status.HTTP_200_OK
-            if call_id is not None:
-                body["call_id"] = call_id
-            return http_status, body
+            return Response(body, status=status.HTTP_400_BAD_REQUEST)
+        answer = tool_call(
+            session=session, tool_name=tool_name, arguments=envelope.validated_data["arguments"],
+            call_id=envelope.validated_data.get("call_id"), idempotency_key=request.headers.get("Idempotency-Key"),
+            base_url=self.base_url(),
+        )
+        return Response(answer.body, status=answer.http_status)
 
-        key = request.headers.get("Idempotency-Key")
-        if key is None:
-            http_status, body = propose()
-            return Response(body, status=http_status)
-        if not IDEMPOTENCY_KEY.match(key):
-            return reject(400, AuditEvent.PROPOSAL_INVALID, "invalid_idempotency_key",
-                          "The Idempotency-Key header must be 1 to 255 visible ASCII characters.")
-        fingerprint = digest_of({"name": tool_name, "arguments": arguments, "call_id": call_id})
-        try:
-            http_status, body = idempotent_call(
-                agent_session=session, key=key, fingerprint=fingerprint, run=propose, action=tool_name
-            )
-        except IdempotencyConflict as conflict:
-            return reject(409, AuditEvent.PROPOSAL_INVALID, conflict.code, conflict.message)
-        return Response(body, status=http_status)
+
+class PreviewWaitSerializer(StrictSerializer):
+    wait = StrictIntegerField(min_value=0, max_value=PREVIEW_WAIT_LIMIT, required=False)
+
+
+def _query(request: Request, serializer: type[StrictSerializer]) -> dict[str, Any]:
+    """The query string parsed strictly: integers as integers, unknown parameters refused."""
+    data: dict[str, Any] = {}
+    for key, value in request.query_params.items():
+        field = serializer().fields.get(key)
+        if isinstance(field, StrictIntegerField):
+            if not value.isascii() or not value.isdigit() or len(value) > 9:
+                raise ValidationError({key: ["A whole number is required."]})
+            data[key] = int(value)
+        else:
+            data[key] = value
+    parsed = serializer(data=data)
+    parsed.is_valid(raise_exception=True)
+    return dict(parsed.validated_data)
 
 
 class PreviewStatusView(AgentAPIView):
     @extend_schema(
         operation_id="get_preview",
-        parameters=[PREVIEW_ID, *AUTH_HEADERS],
+        parameters=[
+            PREVIEW_ID,
+            OpenApiParameter(
+                "wait", {"type": "integer", "minimum": 0, "maximum": PREVIEW_WAIT_LIMIT}, required=False,
+                description="Long-poll: answer as soon as the status or outcome changes, or after this many "
+                "seconds (capped by the server, AGENT_PREVIEW_WAIT_MAX_SECONDS; ask again).",
+            ),
+            *AUTH_HEADERS,
+        ],
         responses={
             200: OpenApiResponse(PREVIEW_ENVELOPE, description="The preview with its real status."),
+            400: error_response("A malformed `wait`."),
             401: UNAUTHORIZED,
             404: error_response("No such preview of this person (the same answer for someone else's)."),
             429: THROTTLED,
         },
     )
     def get(self, request: Request, preview_id: str) -> Response:
+        query = _query(request, PreviewWaitSerializer)
         try:
             preview_uuid = uuid.UUID(preview_id)
         except ValueError as not_an_id:
@@ -299,7 +224,66 @@ class PreviewStatusView(AgentAPIView):
         if preview is None:
             raise Http404
         preview = preview_refresh(preview=preview)
-        return Response(preview_envelope(preview, base_url=self.base_url()))
+        waited = None
+        if query.get("wait"):
+            preview, waited = preview_wait_for_change(preview, query["wait"])
+        response = Response(preview_envelope(preview, base_url=self.base_url()))
+        if waited is not None:
+            response["Preview-Waited-Seconds"] = f"{waited:.1f}"
+        return response
+
+
+class PreviewListSerializer(StrictSerializer):
+    status = StrictCharField(required=False, max_length=400,
+                             help_text="Comma-separated statuses to keep, e.g. awaiting_customer,approved.")
+    page = StrictIntegerField(min_value=1, max_value=100000, required=False)
+    page_size = StrictIntegerField(min_value=1, max_value=PREVIEW_PAGE_SIZE_MAX, required=False)
+
+    def validate_status(self, value: str) -> list[str]:
+        statuses = [part.strip() for part in value.split(",") if part.strip()]
+        unknown = sorted(set(statuses) - set(PreviewStatus.values))
+        if unknown or not statuses:
+            raise ValidationError(f"Unknown status {', '.join(unknown) or value!r}; "
+                                  f"the statuses are {', '.join(PreviewStatus.values)}.")
+        return statuses
+
+
+class PreviewListView(AgentAPIView):
+    @extend_schema(
+        operation_id="list_previews",
+        parameters=[
+            OpenApiParameter("status", str, required=False,
+                             description="Comma-separated statuses to keep, e.g. `awaiting_customer,approved`."),
+            OpenApiParameter("page", {"type": "integer", "minimum": 1, "maximum": 100000}, required=False),
+            OpenApiParameter("page_size", {"type": "integer", "minimum": 1, "maximum": PREVIEW_PAGE_SIZE_MAX},
+                             required=False, description=f"Default {PREVIEW_PAGE_SIZE}."),
+            *AUTH_HEADERS,
+        ],
+        responses={
+            200: PREVIEW_PAGE,
+            400: error_response("An unknown status or a malformed page."),
+            401: UNAUTHORIZED,
+            429: THROTTLED,
+        },
+    )
+    def get(self, request: Request) -> Response:
+        query = _query(request, PreviewListSerializer)
+        page, size = query.get("page", 1), query.get("page_size", PREVIEW_PAGE_SIZE)
+        previews = session_previews(request.auth, query.get("status"))
+        rows = list(previews[(page - 1) * size: page * size + 1])
+        base_url = self.base_url()
+
+        def link(number: int) -> str:
+            params = request.query_params.copy()
+            params["page"] = str(number)
+            return request.build_absolute_uri(f"{request.path}?{params.urlencode()}")
+
+        return Response({
+            "results": [preview_envelope(preview, base_url=base_url) for preview in rows[:size]],
+            "page": page,
+            "next": link(page + 1) if len(rows) > size else None,
+            "previous": link(page - 1) if page > 1 else None,
+        })
 
 
 class PreviewReceiptView(AgentAPIView):
@@ -335,6 +319,10 @@ class AgentSessionCreateSerializer(StrictSerializer):
     tools = serializers.ListField(child=StrictCharField(max_length=64), required=False, allow_empty=False)
     ttl_seconds = StrictIntegerField(min_value=60, max_value=30 * 24 * 3600, required=False)
     label = StrictCharField(max_length=200, required=False, allow_blank=True)
+    webhook_url = StrictCharField(
+        max_length=2000, required=False,
+        help_text="http(s) URL that receives every preview transition of this session (Standard Webhooks).",
+    )
 
 
 class AgentSessionCreateView(APIView):
@@ -350,8 +338,10 @@ class AgentSessionCreateView(APIView):
                 "token": serializers.CharField(help_text="Shown once; only its hash is stored."),
                 "tools": serializers.ListField(child=serializers.CharField()),
                 "expires_at": serializers.DateTimeField(),
+                "webhook_secret": serializers.CharField(
+                    required=False, help_text="whsec_…: verifies the webhook's messages; shown once."),
             }),
-            400: error_response("A malformed request."),
+            400: error_response("A malformed request, or a webhook URL that is not http(s)."),
             403: error_response("Not logged in, no CSRF token, or a tool this person may not use."),
             415: error_response("The body is not application/json."),
         },
@@ -362,16 +352,24 @@ class AgentSessionCreateView(APIView):
         tools = data.validated_data.get("tools") or [
             name for name, action in registry.actions.items() if action.may_use(request.user)
         ]
+        webhook_url = data.validated_data.get("webhook_url")
+        if webhook_url is not None:
+            try:
+                webhook_url_check(webhook_url)
+            except ApplicationError as error:
+                return Response(error_body(**error.as_dict()), status=status.HTTP_400_BAD_REQUEST)
         try:
-            session, token = agent_session_create(
-                user=request.user, tools=tools,
-                ttl_seconds=data.validated_data.get("ttl_seconds"),
-                label=data.validated_data.get("label", ""),
-            )
+            with transaction.atomic():
+                session, token = agent_session_create(
+                    user=request.user, tools=tools,
+                    ttl_seconds=data.validated_data.get("ttl_seconds"),
+                    label=data.validated_data.get("label", ""),
+                )
+                secret = agent_session_webhook_set(session, webhook_url) if webhook_url is not None else None
         except ApplicationError as error:
             return Response(error_body(**error.as_dict()), status=status.HTTP_403_FORBIDDEN)
-        return Response(
-            {"token": token, "tools": session.tools,
-             "expires_at": session.expires_at.isoformat().replace("+00:00", "Z")},
-            status=status.HTTP_201_CREATED,
-        )
+        body = {"token": token, "tools": session.tools,
+                "expires_at": session.expires_at.isoformat().replace("+00:00", "Z")}
+        if secret is not None:
+            body["webhook_secret"] = secret
+        return Response(body, status=status.HTTP_201_CREATED)

@@ -26,6 +26,7 @@ from ..presentation import preview_state_key
 from ..registry import registry
 from ..review_work import preview_claim, preview_release, previews_decide_many
 from ..services import agent_sessions_revoke, preview_approve, preview_decline, preview_refresh
+from ..webhooks import webhook_deliveries_recent
 from . import selectors
 from .exports import audit_csv, audit_jsonl
 from .forms import (
@@ -324,7 +325,9 @@ def audit_export(request: HttpRequest) -> HttpResponse:
 @require_GET
 def agent_sessions(request: HttpRequest) -> HttpResponse:
     sessions = selectors.live_agent_sessions()
-    return render(request, "console/agent_sessions.html", {"sessions": sessions, "nav": "sessions"})
+    return render(request, "console/agent_sessions.html", {
+        "sessions": sessions, "nav": "sessions", "webhook_deliveries": webhook_deliveries_recent(),
+    })
 
 
 @reviewer_required

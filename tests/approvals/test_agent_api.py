@@ -10,6 +10,7 @@ from django.test import override_settings
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from approvals.api.formats import strict_openai_schema
 from approvals.arguments import input_json_schema
 from approvals.digests import sha256_hex
 from approvals.models import AgentSession, ApprovalRole, AuditRecord, IdempotencyRecord, Preview, PreviewStatus
@@ -104,11 +105,15 @@ def test_tools_in_openai_format(alice_agent):
         "function": {
             "name": "refund_order",
             "description": plain["description"],
-            "parameters": plain["input_schema"],
+            "parameters": strict_openai_schema(plain["input_schema"]),
             "strict": True,
         },
     }
     assert "default" not in set(walk_keys(tools))
+    # Strict mode's subset: the bounds and lengths the parser enforces are said in words instead.
+    assert {"maximum", "minimum", "maxLength", "minLength", "format"}.isdisjoint(set(walk_keys(tools)))
+    parameters = tools[0]["function"]["parameters"]
+    assert parameters["properties"]["order_id"]["description"].endswith("1 to 64 characters.")
 
 
 def test_tools_lists_only_the_sessions_tools(alice):

@@ -15,7 +15,7 @@ from approvals.errors import DecisionError
 from approvals.models import Approval, ApprovalRole, AuditRecord, Preview, PreviewStatus
 from approvals.services import preview_approve, preview_decline, previews_expire_stale
 from refunds.models import LocalGatewayRefund, Order, Refund
-from tests.conftest import assert_nothing_moved, events, propose
+from tests.conftest import assert_nothing_moved, events, execution_callbacks, propose
 from tests.factories import OrderFactory, StaffFactory
 
 STALE_DIGEST = "0" * 64
@@ -46,7 +46,7 @@ def test_actor_confirms_approval_is_bound_and_the_refund_executes_once(
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         returned = confirm(preview, alice)
 
-    assert len(callbacks) == 1, "a confirmation enqueues exactly one execution"
+    assert len(execution_callbacks(callbacks)) == 1, "a confirmation enqueues exactly one execution"
     assert returned.status == PreviewStatus.APPROVED  # what the confirmation itself decided
 
     approval = Approval.objects.get()
@@ -95,7 +95,7 @@ def test_another_user_cannot_confirm_or_decline_and_nothing_is_recorded(
         with pytest.raises(Preview.DoesNotExist):
             preview_decline(preview_id=preview.pk, person=bob, role=ApprovalRole.CUSTOMER, digest=preview.digest)
 
-    assert callbacks == []
+    assert execution_callbacks(callbacks) == []
     assert Approval.objects.count() == 0
     assert not AuditRecord.objects.filter(actor=bob).exists()
     assert events(preview) == ["proposed"]
@@ -114,7 +114,7 @@ def test_confirming_after_expiry_is_refused_and_the_preview_expires(
         confirm(preview, alice)
 
     assert refused.value.code == "expired"
-    assert callbacks == []
+    assert execution_callbacks(callbacks) == []
     preview.refresh_from_db()
     assert preview.status == PreviewStatus.EXPIRED
     assert preview.failure_code == "expired"
@@ -156,7 +156,7 @@ def test_a_stale_digest_is_refused_and_the_preview_stays_decidable(
         confirm(preview, alice, digest=STALE_DIGEST)
 
     assert refused.value.code == "digest_mismatch"
-    assert callbacks == []
+    assert execution_callbacks(callbacks) == []
     preview.refresh_from_db()
     assert preview.status == PreviewStatus.AWAITING_CUSTOMER
     assert Approval.objects.count() == 0
@@ -167,7 +167,7 @@ def test_a_stale_digest_is_refused_and_the_preview_stays_decidable(
     # What the customer really saw still works.
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         confirm(preview, alice)
-    assert len(callbacks) == 1
+    assert len(execution_callbacks(callbacks)) == 1
     assert Approval.objects.get().digest == preview.digest
 
 
@@ -179,7 +179,7 @@ def test_an_order_changed_since_the_preview_supersedes_it(alice, o12, alice_agen
         confirm(preview, alice)
 
     assert refused.value.code == "superseded"
-    assert callbacks == []
+    assert execution_callbacks(callbacks) == []
     preview.refresh_from_db()
     assert preview.status == PreviewStatus.SUPERSEDED
     assert preview.failure_code == "subject_changed"
@@ -202,7 +202,7 @@ def test_decline_records_the_no_and_executes_nothing(alice, o12, alice_agent, dj
             preview_id=preview.pk, person=alice, role=ApprovalRole.CUSTOMER, digest=preview.digest
         )
 
-    assert callbacks == []
+    assert execution_callbacks(callbacks) == []
     assert returned.status == PreviewStatus.DECLINED
     preview.refresh_from_db()
     assert preview.status == PreviewStatus.DECLINED
@@ -216,7 +216,7 @@ def test_decline_records_the_no_and_executes_nothing(alice, o12, alice_agent, dj
     with django_capture_on_commit_callbacks(execute=True) as callbacks, pytest.raises(DecisionError) as refused:
         confirm(preview, alice)
     assert refused.value.code == "not_awaiting_decision"
-    assert callbacks == []
+    assert execution_callbacks(callbacks) == []
     assert Approval.objects.count() == 0
 
 
@@ -226,24 +226,24 @@ def test_a_second_confirmation_is_refused_as_already_decided(
     preview = make_preview(alice_agent)
     with django_capture_on_commit_callbacks(execute=False) as first:
         confirm(preview, alice)
-    assert len(first) == 1
+    assert len(execution_callbacks(first)) == 1
 
     # Approved, not yet executed.
     with django_capture_on_commit_callbacks(execute=True) as second, pytest.raises(DecisionError) as refused:
         confirm(preview, alice)
     assert refused.value.code == "already_decided"
-    assert second == []
+    assert execution_callbacks(second) == []
     assert Approval.objects.count() == 1
     assert Refund.objects.count() == 0
 
     # Executed.
-    first[0]()
+    execution_callbacks(first)[0]()
     preview.refresh_from_db()
     assert preview.status == PreviewStatus.EXECUTED
     with django_capture_on_commit_callbacks(execute=True) as third, pytest.raises(DecisionError) as refused:
         confirm(preview, alice)
     assert refused.value.code == "already_decided"
-    assert third == []
+    assert execution_callbacks(third) == []
     assert Approval.objects.count() == 1
     assert Refund.objects.count() == 1
     assert LocalGatewayRefund.objects.count() == 1
@@ -291,7 +291,7 @@ def test_above_threshold_needs_staff_after_the_customer_and_then_executes(
 
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         returned = confirm(preview, alice)
-    assert callbacks == [], "nothing is enqueued before staff approve"
+    assert execution_callbacks(callbacks) == [], "nothing is enqueued before staff approve"
     assert returned.status == PreviewStatus.AWAITING_STAFF
     preview.refresh_from_db()
     assert preview.status == PreviewStatus.AWAITING_STAFF
@@ -309,7 +309,7 @@ def test_above_threshold_needs_staff_after_the_customer_and_then_executes(
     with django_capture_on_commit_callbacks(execute=True) as callbacks, pytest.raises(DecisionError) as refused:
         confirm(preview, alice, role=ApprovalRole.STAFF)
     assert refused.value.code == "four_eyes"
-    assert callbacks == []
+    assert execution_callbacks(callbacks) == []
     preview.refresh_from_db()
     assert preview.status == PreviewStatus.AWAITING_STAFF
     assert Approval.objects.count() == 1
@@ -317,7 +317,7 @@ def test_above_threshold_needs_staff_after_the_customer_and_then_executes(
 
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         returned = confirm(preview, staff, role=ApprovalRole.STAFF)
-    assert len(callbacks) == 1
+    assert len(execution_callbacks(callbacks)) == 1
     assert returned.status == PreviewStatus.APPROVED
 
     staff_approval = Approval.objects.get(role=ApprovalRole.STAFF)

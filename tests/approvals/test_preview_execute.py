@@ -18,7 +18,7 @@ from approvals.models import Approval, ApprovalRole, AuditRecord, Preview, Previ
 from approvals.services import preview_approve
 from approvals.tasks import execute_preview
 from refunds.models import LocalGatewayRefund, Order, OrderStatus, Refund
-from tests.conftest import assert_nothing_moved, events, propose, tampering
+from tests.conftest import assert_nothing_moved, events, execution_callbacks, propose, tampering
 
 
 def make_preview(agent, order_id="o-12", amount_minor=500, reason="damaged") -> Preview:
@@ -35,10 +35,10 @@ def approve_held(preview, person, capture) -> list:
     """Confirm, keeping the enqueued execution in hand instead of running it."""
     with capture(execute=False) as callbacks:
         confirm(preview, person)
-    assert len(callbacks) == 1
+    assert len(execution_callbacks(callbacks)) == 1
     preview.refresh_from_db()
     assert preview.status == PreviewStatus.APPROVED
-    return callbacks
+    return execution_callbacks(callbacks)
 
 
 # Exactly once --------------------------------------------------------------------------------
@@ -202,7 +202,8 @@ def test_an_order_changed_after_approval_supersedes_at_execution(
             "order_not_refundable",
             "Order o-12 is cancelled; only delivered orders can be refunded.",
         ),
-        ({"refunded_minor": 800}, "amount_exceeds_remaining", "Refund of 500 exceeds the 200 remaining on o-12"),
+        ({"refunded_minor": 800}, "amount_exceeds_remaining",
+         "Refund of €5.00 (500) exceeds the €2.00 (200) remaining on o-12"),
     ],
     ids=["cancelled", "above-remaining"],
 )

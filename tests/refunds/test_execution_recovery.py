@@ -69,7 +69,7 @@ def test_an_amount_in_flight_counts_against_what_remains(
     refused = preview_execute(preview_id=too_much.pk)
     assert refused.status == PreviewStatus.FAILED
     assert refused.failure_code == "amount_exceeds_remaining"
-    assert "Refund of 700 exceeds the 600 remaining on o-12" in refused.failure_reason
+    assert "Refund of €7.00 (700) exceeds the €6.00 (600) remaining on o-12" in refused.failure_reason
     # A new proposal is checked against the same reservation.
     response = alice_agent.post(
         "/api/agent/tool-calls",

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from approvals.arguments import MAX_SAFE_MINOR
 from approvals.errors import PolicyRefusal
 from approvals.models import Preview
+from approvals.money import format_minor
 from refunds.models import Order, OrderStatus
 from refunds.policy import RefundReason, refund_policy_check, refund_policy_checks
 from tests.conftest import agent_client_for, propose
@@ -184,7 +185,10 @@ def test_a_refusals_facts_match_the_numbers_in_its_message(proposal):
     elif refusal.code == "amount_exceeds_remaining":
         remaining = order.total_minor - order.refunded_minor
         assert facts == {"remaining_minor": remaining}
-        assert numbers == [amount, remaining]
+        # Each amount as a person reads it and in the minor units the tool takes: "€24.99 (2499)".
+        assert [int(n) for n in re.findall(r"\((\d+)\)", refusal.message)] == [amount, remaining]
+        for value in (amount, remaining):
+            assert f"{format_minor(value, order.currency)} ({value})" in refusal.message
     elif refusal.code == "reason_not_applicable":
         days = (order.delivered_at - order.placed_at).days
         assert facts == {"delivery_days": days}

@@ -1,8 +1,10 @@
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
 
 from approvals.errors import ApplicationError
 from approvals.services import agent_session_create
+from approvals.webhooks import agent_session_webhook_set, webhook_url_check
 
 
 class Command(BaseCommand):
@@ -13,18 +15,27 @@ class Command(BaseCommand):
         parser.add_argument("--tools", required=True, help="Comma-separated, e.g. refund_order,send_invoice")
         parser.add_argument("--ttl", type=int, default=None, help="Lifetime in seconds.")
         parser.add_argument("--label", default="")
+        parser.add_argument("--webhook", default=None, metavar="URL",
+                            help="Post every preview transition there (Standard Webhooks); prints the secret.")
 
-    def handle(self, *args, user, tools, ttl, label, **options):  # type: ignore[no-untyped-def]
+    def handle(self, *args, user, tools, ttl, label, webhook=None, **options):  # type: ignore[no-untyped-def]
         person = get_user_model().objects.filter(username=user).first()
         if person is None:
             raise CommandError(f"No user named {user!r}.")
         names = [name.strip() for name in tools.split(",") if name.strip()]
         try:
-            session, token = agent_session_create(user=person, tools=names, ttl_seconds=ttl, label=label)
+            if webhook is not None:
+                webhook_url_check(webhook)
+            with transaction.atomic():
+                session, token = agent_session_create(user=person, tools=names, ttl_seconds=ttl, label=label)
+                secret = agent_session_webhook_set(session, webhook) if webhook is not None else None
         except ApplicationError as error:
             raise CommandError(error.message) from error
         self.stdout.write(
             f"Agent session for {person.username}: tools {', '.join(session.tools)}, "
             f"expires {session.expires_at:%Y-%m-%d %H:%M:%S %Z}. The token is shown once:"
         )
+        if secret is not None:
+            self.stdout.write(f"Webhook {session.webhook_url}: verify each message with this secret, shown once:")
+            self.stdout.write(f"webhook-secret: {secret}")
         self.stdout.write(token)

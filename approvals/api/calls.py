@@ -1,0 +1,179 @@
+"""One tool call, from its name and arguments to the answer: the path the REST API and the MCP server share.
+
+Whatever the transport, a call is parsed by the action's own serializer, refused before the policy with
+the same codes (`unknown_tool`, `tool_not_allowed`, `invalid_arguments`, `idempotency_key_reused`), and
+proposed through `proposal_submit` (the same policy, preview and audit); with a key it is answered once
+and replayed after. The transports only differ in how they carry the answer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from rest_framework import status
+
+from ..digests import digest_of
+from ..models import AgentSession, AuditEvent, Preview, RejectedCallKind
+from ..presentation import preview_envelope
+from ..registry import registry
+from ..rejected_calls import rejected_call_audit_due, rejected_call_count
+from ..services import IdempotencyConflict, idempotent_call, preview_refresh, proposal_audit_rejected, proposal_submit
+from .errors import error_body
+from .parsers import StrictJSONError, strict_json_loads
+
+IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
+
+
+def storable(value: Any) -> Any:
+    """PostgreSQL text and jsonb cannot hold U+0000. What the audit keeps of a hostile call has it as
+    U+FFFD instead, as for bytes that were not UTF-8; everything else stays exactly as received."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {storable(key): storable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [storable(item) for item in value]
+    return value
+
+
+def raw_arguments_text(arguments: Any) -> str:
+    """The arguments as the audit keeps them: a string as received, an object as JSON."""
+    if isinstance(arguments, str):
+        return arguments
+    if arguments is None:
+        return ""
+    return json.dumps(arguments, ensure_ascii=False)
+
+
+def audit_rejected_call(
+    *, session: AgentSession, event: AuditEvent, tool_name: str, raw_arguments: str, error: dict[str, Any],
+    call_id: str | None = None,
+) -> None:
+    """Count a call refused before the policy; audit it in full only while few came this minute."""
+    count = rejected_call_count(
+        agent_session=session, kind=RejectedCallKind.MALFORMED, body=raw_arguments, code=str(error.get("code", ""))
+    )
+    if rejected_call_audit_due(count):
+        proposal_audit_rejected(
+            agent_session=session, event=event, tool_name=tool_name, raw_arguments=raw_arguments, error=error,
+            call_id=call_id,
+        )
+
+
+@dataclass(frozen=True)
+class CallAnswer:
+    """The HTTP status the REST API answers with, its body, and whether it replays an earlier answer."""
+
+    http_status: int
+    body: dict[str, Any]
+    replayed: bool = False
+
+    @property
+    def refused(self) -> bool:
+        return not self.body.get("ok", False)
+
+    @property
+    def preview_id(self) -> str | None:
+        preview = self.body.get("preview")
+        return preview.get("id") if isinstance(preview, dict) else None
+
+
+def tool_call(
+    *,
+    session: AgentSession,
+    tool_name: str,
+    arguments: Any,
+    call_id: str | None,
+    idempotency_key: str | None,
+    base_url: str,
+) -> CallAnswer:
+    """Parse, check and propose one call of `tool_name` by `session`; every refusal is audited."""
+    raw_arguments = raw_arguments_text(arguments)
+
+    def reject(http_status: int, event: AuditEvent, code: str, message: str, **facts: Any) -> CallAnswer:
+        body = storable(error_body(code, message, **facts))
+        audit_rejected_call(
+            session=session, event=event, tool_name=storable(tool_name), raw_arguments=storable(raw_arguments),
+            error=body["error"], call_id=storable(call_id),
+        )
+        if call_id is not None:
+            body["call_id"] = call_id
+        return CallAnswer(http_status, body)
+
+    action = registry.action(tool_name)
+    if action is None:
+        return reject(404, AuditEvent.PROPOSAL_INVALID, "unknown_tool", f"There is no tool named {tool_name!r}.")
+    if tool_name not in session.tools:
+        return reject(403, AuditEvent.PROPOSAL_FORBIDDEN, "tool_not_allowed",
+                      f"This agent session may not use the tool {tool_name!r}.")
+    if isinstance(arguments, str):
+        try:
+            arguments = strict_json_loads(arguments)
+        except StrictJSONError as error:
+            return reject(400, AuditEvent.PROPOSAL_INVALID, "invalid_arguments",
+                          f"The arguments string is not valid JSON: {error}")
+    if not isinstance(arguments, dict):
+        return reject(400, AuditEvent.PROPOSAL_INVALID, "invalid_arguments", "The arguments must be a JSON object.")
+    parsed = action.arguments_serializer(data=arguments)
+    if not parsed.is_valid():
+        return reject(400, AuditEvent.PROPOSAL_INVALID, "invalid_arguments",
+                      "The arguments do not match the tool's input schema.", fields=parsed.errors)
+
+    def propose() -> tuple[int, dict[str, Any]]:
+        outcome = proposal_submit(
+            agent_session=session, action=action, arguments=dict(parsed.validated_data),
+            raw_arguments=raw_arguments, call_id=call_id,
+        )
+        if outcome.kind == "refused":
+            body = error_body(**outcome.refusal.as_dict())
+            http_status = status.HTTP_422_UNPROCESSABLE_ENTITY
+        else:
+            body = preview_envelope(outcome.preview, base_url=base_url)
+            http_status = status.HTTP_201_CREATED if outcome.kind == "created" else status.HTTP_200_OK
+        if call_id is not None:
+            body["call_id"] = call_id
+        return http_status, body
+
+    if idempotency_key is None:
+        http_status, body = propose()
+        return CallAnswer(http_status, body)
+    if not IDEMPOTENCY_KEY.match(idempotency_key):
+        return reject(400, AuditEvent.PROPOSAL_INVALID, "invalid_idempotency_key",
+                      "The Idempotency-Key header must be 1 to 255 visible ASCII characters.")
+    fingerprint = digest_of({"name": tool_name, "arguments": arguments, "call_id": call_id})
+    replayed: list[bool] = [True]
+
+    def first_time() -> tuple[int, dict[str, Any]]:
+        replayed[0] = False
+        return propose()
+
+    try:
+        http_status, body = idempotent_call(
+            agent_session=session, key=idempotency_key, fingerprint=fingerprint, run=first_time, action=tool_name
+        )
+    except IdempotencyConflict as conflict:
+        return reject(409, AuditEvent.PROPOSAL_INVALID, conflict.code, conflict.message)
+    return CallAnswer(http_status, body, replayed=replayed[0])
+
+
+def preview_of_session(session: AgentSession, preview_id: Any) -> Preview | None:
+    """A preview this session's person proposed (someone else's is as if it did not exist), brought up to date."""
+    preview = Preview.objects.filter(pk=preview_id, actor_id=session.user_id).first()
+    return preview_refresh(preview=preview) if preview is not None else None
+
+
+def current_answer(answer: CallAnswer, *, session: AgentSession, base_url: str, call_id: str | None) -> CallAnswer:
+    """A replayed answer about a preview, told as the preview stands now (decided, executed, failed)."""
+    preview_id = answer.preview_id
+    if answer.refused or preview_id is None:
+        return answer
+    preview = preview_of_session(session, preview_id)
+    if preview is None:
+        return answer
+    body = preview_envelope(preview, base_url=base_url)
+    if call_id is not None:
+        body["call_id"] = call_id
+    return CallAnswer(answer.http_status, body, replayed=answer.replayed)

@@ -1,0 +1,214 @@
+"""A small client for the approval gateway's agent API: list tools, propose, wait for the outcome, verify webhooks.
+
+Every call is a proposal: an answer with `ok` true means a preview exists, not that anything happened.
+Only `executed` (and the `outcome`) say what the executor did.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+__all__ = [
+    "Answer",
+    "GatewayClient",
+    "GatewayError",
+    "WebhookVerificationError",
+    "FINAL_STATUSES",
+    "verify_webhook",
+]
+
+# A preview in one of these states changes no more.
+FINAL_STATUSES = frozenset({"executed", "declined", "rejected", "expired", "superseded", "failed"})
+WEBHOOK_TOLERANCE_SECONDS = 5 * 60
+
+
+class GatewayError(Exception):
+    """The gateway refused the request itself (401, 403, 404, 409, 429, 400...), not a policy refusal."""
+
+    def __init__(self, status_code: int, body: Any) -> None:
+        error = body.get("error", {}) if isinstance(body, dict) else {}
+        super().__init__(f"{status_code} {error.get('code', '')}: {error.get('message', body)}")
+        self.status_code = status_code
+        self.code = error.get("code", "")
+        self.body = body
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A proposal's or a preview's answer, with the fields an agent reports from."""
+
+    status_code: int
+    body: dict[str, Any] = field(repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.body.get("ok"))
+
+    @property
+    def executed(self) -> bool:
+        return bool(self.body.get("executed"))
+
+    @property
+    def status(self) -> str | None:
+        return self.body.get("status")
+
+    @property
+    def outcome(self) -> str | None:
+        return self.body.get("outcome")
+
+    @property
+    def message(self) -> str:
+        if self.ok:
+            return self.body.get("message", "")
+        return self.body.get("error", {}).get("message", "")
+
+    @property
+    def code(self) -> str | None:
+        """The refusal's code (e.g. amount_exceeds_remaining), None for a preview."""
+        return None if self.ok else self.body.get("error", {}).get("code")
+
+    @property
+    def preview(self) -> dict[str, Any] | None:
+        return self.body.get("preview")
+
+    @property
+    def preview_id(self) -> str | None:
+        return self.preview["id"] if self.preview else None
+
+    @property
+    def confirm_url(self) -> str | None:
+        return self.preview.get("confirm_url") if self.preview else None
+
+    @property
+    def call_id(self) -> str | None:
+        return self.body.get("call_id")
+
+    @property
+    def final(self) -> bool:
+        return self.status in FINAL_STATUSES
+
+
+class GatewayClient:
+    """The agent API for one agent session (its bearer token decides who acts)."""
+
+    def __init__(self, base_url: str, token: str, *, timeout: float = 30.0, http: httpx.Client | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._http = http or httpx.Client(timeout=timeout)
+        self._owns_http = http is None
+        self._headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+
+    def __enter__(self) -> GatewayClient:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._owns_http:
+            self._http.close()
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        headers = {**self._headers, **kwargs.pop("headers", {})}
+        return self._http.request(method, f"{self.base_url}{path}", headers=headers, **kwargs)
+
+    @staticmethod
+    def _json(response: httpx.Response) -> Any:
+        try:
+            body = response.json()
+        except ValueError:
+            body = {"error": {"code": "not_json", "message": response.text[:200]}}
+        if response.status_code >= 400 and response.status_code != 422:
+            raise GatewayError(response.status_code, body)
+        return body
+
+    def tools(self, format: str | None = None) -> Any:  # noqa: A002 - the query parameter's name
+        """This session's tools: the contract's shape, or `openai`, `openai-responses`, `anthropic`, `mcp`,
+        `gemini`."""
+        params = {"format": format} if format else None
+        return self._json(self._request("GET", "/api/agent/tools", params=params))
+
+    def propose(
+        self, name: str, arguments: dict[str, Any] | str, *, call_id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> Answer:
+        """POST a tool call. A policy refusal (422) is an Answer with `ok` false, `code` and `message`."""
+        envelope: dict[str, Any] = {"name": name, "arguments": arguments}
+        if call_id is not None:
+            envelope["call_id"] = call_id
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        response = self._request("POST", "/api/agent/tool-calls", json=envelope, headers=headers)
+        return Answer(response.status_code, self._json(response))
+
+    def preview(self, preview_id: str, *, wait: int | None = None) -> Answer:
+        """The preview as it is now; with `wait`, as soon as it changes (the server caps the wait)."""
+        params = {"wait": str(wait)} if wait else None
+        response = self._request("GET", f"/api/agent/previews/{preview_id}", params=params,
+                                 timeout=(wait or 0) + 30)
+        return Answer(response.status_code, self._json(response))
+
+    def previews(self, *, status: str | list[str] | None = None, page: int = 1) -> dict[str, Any]:
+        """One page of this session's previews, newest first (`results`, `next`)."""
+        params: dict[str, str] = {"page": str(page)}
+        if status:
+            params["status"] = status if isinstance(status, str) else ",".join(status)
+        return self._json(self._request("GET", "/api/agent/previews", params=params))
+
+    def wait_for_outcome(
+        self, preview_id: str, *, timeout: float = 600, until: frozenset[str] = FINAL_STATUSES, wait: int = 30,
+    ) -> Answer:
+        """Long-poll the preview until its status is one of `until` (by default, final) or `timeout` passes;
+        returns the last answer either way."""
+        deadline = time.monotonic() + timeout
+        answer = self.preview(preview_id)
+        while answer.status not in until:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            answer = self.preview(preview_id, wait=max(1, min(wait, int(left))))
+        return answer
+
+
+class WebhookVerificationError(Exception):
+    pass
+
+
+def _header(headers: Any, name: str) -> str:
+    for key, value in dict(headers).items():
+        if key.lower() == name:
+            return value
+    raise WebhookVerificationError(f"Missing header {name}")
+
+
+def verify_webhook(
+    secret: str, body: bytes | str, headers: Any, *, tolerance_seconds: int = WEBHOOK_TOLERANCE_SECONDS,
+    now: float | None = None,
+) -> dict[str, Any]:
+    """Check a Standard Webhooks message (webhook-id, webhook-timestamp, webhook-signature) against the
+    session's `whsec_…` secret; returns the parsed body, or raises WebhookVerificationError."""
+    payload = body.decode("utf-8") if isinstance(body, bytes) else body
+    message_id = _header(headers, "webhook-id")
+    timestamp = _header(headers, "webhook-timestamp")
+    signatures = _header(headers, "webhook-signature")
+    try:
+        sent_at = int(timestamp)
+    except ValueError as error:
+        raise WebhookVerificationError("Malformed webhook-timestamp") from error
+    if abs((now if now is not None else time.time()) - sent_at) > tolerance_seconds:
+        raise WebhookVerificationError("The message's timestamp is too old or in the future")
+    key = base64.b64decode(secret.removeprefix("whsec_"))
+    expected = base64.b64encode(
+        hmac.new(key, f"{message_id}.{sent_at}.{payload}".encode(), hashlib.sha256).digest()
+    ).decode()
+    for candidate in signatures.split():
+        version, _, signature = candidate.partition(",")
+        if version == "v1" and hmac.compare_digest(signature, expected):
+            return json.loads(payload)
+    raise WebhookVerificationError("No matching signature")
