@@ -363,9 +363,10 @@ if AUDIT_CHECKPOINT_WEBHOOKS and not AUDIT_CHECKPOINT_WEBHOOK_SECRET:
     raise ImproperlyConfigured("AUDIT_CHECKPOINT_WEBHOOKS needs AUDIT_CHECKPOINT_WEBHOOK_SECRET (whsec_…).")
 AUDIT_SEAL_INTERVAL_SECONDS = env.float("AUDIT_SEAL_INTERVAL_SECONDS", default=0.25)
 
-# Approver notifications (approvals.notifications, with PUBLIC_BASE_URL above): Standard Webhooks receivers (a Slack or Teams incoming webhook takes the `text` field), their signing
-# secret (whsec_…), how often the digest task sends what is pending (one message per person and URL),
-# and escalation of previews still waiting for staff after that many seconds (0: never).
+# Approver notifications (approvals.notifications, with PUBLIC_BASE_URL above): Standard Webhooks
+# receivers (a Slack or Teams incoming webhook takes the `text` field), their signing secret (whsec_…),
+# how often the digest task sends what is pending (one message per person and URL), and escalation of
+# previews still waiting for staff after that many seconds (0: never).
 REVIEW_NOTIFY_WEBHOOKS = [url.strip() for url in env.list("REVIEW_NOTIFY_WEBHOOKS", default=[]) if url.strip()]
 REVIEW_NOTIFY_SECRET = env.str("REVIEW_NOTIFY_SECRET", default="")
 REVIEW_NOTIFY_INTERVAL_SECONDS = env.int("REVIEW_NOTIFY_INTERVAL_SECONDS", default=60)
