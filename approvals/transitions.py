@@ -53,4 +53,5 @@ def _notify_at_commit(preview_id: str, previous_status: str, status: str) -> Non
             except Exception:  # noqa: BLE001 - a listener must never undo or hide the transition
                 logger.exception("Preview transition listener %r failed for %s", listener, preview_id)
 
+    notify.is_transition_notice = True  # type: ignore[attr-defined]  # tests tell these callbacks apart
     transaction.on_commit(notify)

@@ -209,4 +209,4 @@ def give_up_execution(preview, *, effect_possible=False, error="timeout"):
 
 def execution_callbacks(callbacks):
     """The on_commit callbacks that publish an execution, without the transition listeners' (webhooks)."""
-    return [callback for callback in callbacks if "preview_transitioned" not in getattr(callback, "__qualname__", "")]
+    return [callback for callback in callbacks if not getattr(callback, "is_transition_notice", False)]
