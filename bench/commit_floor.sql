@@ -14,8 +14,10 @@ SELECT id, status, digest, subject_version, amount_minor, currency, payload
   FROM approvals_preview WHERE id = (SELECT preview_id FROM bench_commit_floor WHERE n = :n) FOR UPDATE;
 SELECT id, version, status, total_minor, refunded_minor
   FROM refunds_order WHERE id = (SELECT order_id FROM bench_commit_floor WHERE n = :n) FOR UPDATE;
-INSERT INTO refunds_refund (order_id, preview_id, amount_minor, currency, reason, gateway_refund_id, created_at)
-  SELECT order_id, preview_id, 500, 'EUR', 'damaged', 'floor_' || n, now() FROM bench_commit_floor WHERE n = :n;
+INSERT INTO refunds_refund (order_id, preview_id, amount_minor, currency, reason, gateway_refund_id, created_at,
+                            status, status_reason)
+  SELECT order_id, preview_id, 500, 'EUR', 'damaged', 'floor_' || n, now(), 'succeeded', ''
+  FROM bench_commit_floor WHERE n = :n;
 UPDATE refunds_order SET refunded_minor = refunded_minor + 500, version = version + 1, updated_at = now()
   WHERE id = (SELECT order_id FROM bench_commit_floor WHERE n = :n);
 UPDATE approvals_preview
