@@ -9,15 +9,13 @@ answer names the new one). The author's own approval of it never counts (service
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
 from functools import partial
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
-from django.utils import timezone
 
-from . import metrics, quorum
+from . import metrics
 from .errors import DecisionError, PolicyRefusal
 from .models import ApprovalRole, AuditEvent, Preview, PreviewStatus
 from .registry import registry
@@ -26,12 +24,9 @@ from .services import (
     _audited_transaction,
     _decision_error,
     _mark,
-    _preview_digest,
     _preview_insert_or_twin,
-    _preview_ttl_seconds,
-    _proposal_key,
-    _status_awaiting,
     audit_record,
+    preview_build,
 )
 from .transitions import preview_transitioned
 
@@ -142,27 +137,7 @@ def preview_counter_propose(
 
 
 def _counter_preview(old: Preview, proposal: Any, *, reviewer: AbstractBaseUser, action_name: str) -> Preview:
-    required, staff_needed = quorum.apply_quorum(
-        action=action_name, currency=proposal.currency, amount_minor=proposal.amount_minor,
-        required=proposal.required_approvals,
+    return preview_build(
+        action_name=action_name, actor=old.actor, agent_session=old.agent_session, proposal=proposal,
+        counter_author=reviewer, supersedes=old,
     )
-    preview = Preview(
-        action=action_name,
-        actor=old.actor,
-        agent_session=old.agent_session,
-        subject_type=proposal.subject_type,
-        subject_id=proposal.subject_id,
-        subject_version=proposal.subject_version,
-        payload=proposal.payload,
-        amount_minor=proposal.amount_minor,
-        currency=proposal.currency,
-        proposal_key=_proposal_key(action_name, old.actor_id, proposal),
-        required_approvals=required,
-        staff_approvals_needed=staff_needed,
-        counter_author=reviewer,
-        supersedes=old,
-        status=_status_awaiting(required, approved_roles=set()),
-        expires_at=timezone.now() + timedelta(seconds=_preview_ttl_seconds(required)),
-    )
-    preview.digest = _preview_digest(preview)
-    return preview

@@ -40,7 +40,7 @@ from .models import (
     Preview,
     PreviewStatus,
 )
-from .registry import Action, registry
+from .registry import Action, Proposal, registry
 from .rows import fetch_one, insert_rows, update_fields
 from .transitions import preview_transitioned
 
@@ -335,6 +335,36 @@ def _preview_insert_or_twin(preview: Preview) -> Preview | None:
     raise IntegrityError(f"Preview {preview.pk} conflicts with a row that is not an open twin")
 
 
+def preview_build(
+    *, action_name: str, actor: AbstractBaseUser, agent_session: AgentSession | None, proposal: Proposal, **extra: Any
+) -> Preview:
+    """The unsaved preview of an accepted proposal: its approvals (with the quorum), status, expiry and
+    digest. `extra` carries fields of a particular origin (a counter-proposal's author)."""
+    required, staff_needed = quorum.apply_quorum(
+        action=action_name, currency=proposal.currency, amount_minor=proposal.amount_minor,
+        required=proposal.required_approvals,
+    )
+    preview = Preview(
+        action=action_name,
+        actor=actor,
+        agent_session=agent_session,
+        subject_type=proposal.subject_type,
+        subject_id=proposal.subject_id,
+        subject_version=proposal.subject_version,
+        payload=proposal.payload,
+        amount_minor=proposal.amount_minor,
+        currency=proposal.currency,
+        proposal_key=_proposal_key(action_name, actor.pk, proposal),
+        required_approvals=required,
+        staff_approvals_needed=staff_needed,
+        status=_status_awaiting(required, approved_roles=set()),
+        expires_at=timezone.now() + timedelta(seconds=_preview_ttl_seconds(required)),
+        **extra,
+    )
+    preview.digest = _preview_digest(preview)
+    return preview
+
+
 @_audited_transaction(savepoint=False)  # within idempotent_call's transaction, no savepoint of its own
 def proposal_submit(
     *,
@@ -366,10 +396,6 @@ def proposal_submit(
         return ProposalOutcome(kind="refused", refusal=refusal)
 
     proposal_key = _proposal_key(action.name, actor.pk, proposal)
-    required, staff_needed = quorum.apply_quorum(
-        action=action.name, currency=proposal.currency, amount_minor=proposal.amount_minor,
-        required=proposal.required_approvals,
-    )
     # Spending limits (approvals.limits), under row locks held until this transaction commits. The same
     # pending proposal again is answered with its preview below, which is counted already.
     over_limit = spend_limits_check(agent_session=agent_session, actor=actor, action=action,
@@ -383,23 +409,7 @@ def proposal_submit(
         metrics.proposal_refused(action.name, over_limit.code)
         return ProposalOutcome(kind="refused", refusal=over_limit)
 
-    preview = Preview(
-        action=action.name,
-        actor=actor,
-        agent_session=agent_session,
-        subject_type=proposal.subject_type,
-        subject_id=proposal.subject_id,
-        subject_version=proposal.subject_version,
-        payload=proposal.payload,
-        amount_minor=proposal.amount_minor,
-        currency=proposal.currency,
-        proposal_key=proposal_key,
-        required_approvals=required,
-        staff_approvals_needed=staff_needed,
-        status=_status_awaiting(required, approved_roles=set()),
-        expires_at=timezone.now() + timedelta(seconds=_preview_ttl_seconds(required)),
-    )
-    preview.digest = _preview_digest(preview)
+    preview = preview_build(action_name=action.name, actor=actor, agent_session=agent_session, proposal=proposal)
     existing = _preview_insert_or_twin(preview)
     if existing is None:
         audit_record(
