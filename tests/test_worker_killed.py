@@ -12,10 +12,7 @@ from approvals.executions import executions_dispatch_stalled
 from approvals.models import ApprovalRole, AuditRecord, Execution, Preview, PreviewStatus
 from approvals.services import preview_approve
 from refunds.models import Order, Refund
-from tests.conftest import agent_client_for, propose
-from tests.factories import OrderFactory, UserFactory
-from tests.refunds.fake_stripe import FakeStripe
-from tests.workers import publishing_to, start_worker, stop, wait_for
+from tests.workers import proposed_stripe_refund, publishing_to, start_worker, stop, wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 
@@ -23,14 +20,9 @@ pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 def test_a_worker_killed_holding_the_lease_is_taken_over_after_it_expires_and_pays_once(transactional_db):
     if not settings.REDIS_URL:
         pytest.skip("needs REDIS_URL")
-    fake = FakeStripe().start()
-    fake.add_payment_intent("pi_o12", amount=1000, currency="eur")
-    alice = UserFactory(username="alice")
-    OrderFactory(number="o-12", customer=alice, currency="EUR", total_minor=1000, payment_ref="pi_o12")
-    body = propose(agent_client_for(alice), order_id="o-12", amount_minor=500, reason="damaged").json()
-    preview = Preview.objects.get(pk=body["preview"]["id"])
+    fake, alice, preview, stripe_env = proposed_stripe_refund()
     worker_env = (
-        ("PAYMENT_GATEWAY", "stripe"), ("STRIPE_API_KEY", "sk_test_x"), ("STRIPE_API_BASE", fake.url),
+        *stripe_env,
         ("STRIPE_TIMEOUT_SECONDS", "30"), ("CELERY_VISIBILITY_TIMEOUT", "2"),
         ("CELERY_UNACKED_RESTORE_INTERVAL", "1"), ("CELERY_UNACKED_RESTORE_THROTTLE", "1"),
         # Shorter than the provider's time-out only so that the test need not wait: a real lease outlasts it.

@@ -125,3 +125,21 @@ def publishing_to(broker_url: str):
         celery_app.conf.broker_url = old_url
         celery_app.conf.task_always_eager = old_eager
         _reset_producer_connections()
+
+
+def proposed_stripe_refund():
+    """Alice's o-12 (EUR 10.00, paid through `pi_o12` at a fresh Stripe-compatible server) with a
+    proposed refund of 5.00: (the server, alice, the preview, the worker settings pointing at it)."""
+    from approvals.models import Preview
+    from tests.conftest import agent_client_for, propose
+    from tests.factories import OrderFactory, UserFactory
+    from tests.refunds.fake_stripe import FakeStripe
+
+    fake = FakeStripe().start()
+    fake.add_payment_intent("pi_o12", amount=1000, currency="eur")
+    alice = UserFactory(username="alice")
+    OrderFactory(number="o-12", customer=alice, currency="EUR", total_minor=1000, payment_ref="pi_o12")
+    body = propose(agent_client_for(alice), order_id="o-12", amount_minor=500, reason="damaged").json()
+    preview = Preview.objects.get(pk=body["preview"]["id"])
+    stripe_env = (("PAYMENT_GATEWAY", "stripe"), ("STRIPE_API_KEY", "sk_test_x"), ("STRIPE_API_BASE", fake.url))
+    return fake, alice, preview, stripe_env
