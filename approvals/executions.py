@@ -713,10 +713,6 @@ def executions_of(previews: list[Preview]) -> dict[Any, Execution]:
     return {e.pk: e for e in Execution.objects.filter(pk__in=[p.pk for p in previews])}
 
 
-def execution_of(preview: Preview) -> Execution | None:
-    return Execution.objects.filter(pk=preview.pk).first()
-
-
 # Siblings ------------------------------------------------------------------------------------
 
 

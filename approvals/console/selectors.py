@@ -17,7 +17,7 @@ from django.core.paginator import Page, Paginator
 from django.db.models import Case, Count, Q, QuerySet, When
 from django.utils import timezone
 
-from ..executions import effect_reference, execution_of, execution_staff_step, executions_of
+from ..executions import effect_reference, execution_staff_step, executions_of
 from ..models import (
     AgentSession,
     Approval,
@@ -30,7 +30,7 @@ from ..models import (
     ReviewClaim,
 )
 from ..notifications import escalation_due_before, reviewers
-from ..presentation import preview_state_words
+from ..presentation import preview_execution, preview_state_words
 from ..quorum import counting_staff_approvers
 from ..registry import Action, CounterField, DisplayRow, FactTable, ReviewDocument, RiskFlag, RuleResult, registry
 
@@ -278,7 +278,7 @@ class ReviewContext:
 
 def preview_review(*, preview: Preview) -> ReviewContext:
     action = registry.action(preview.action)
-    execution = execution_of(preview)
+    execution = preview_execution(preview)
     state_title, state_text = preview_state_words(preview, "staff", execution)
     siblings = (
         Preview.objects.filter(subject_type=preview.subject_type, subject_id=preview.subject_id)

@@ -20,9 +20,9 @@ from django.views.decorators.http import require_GET, require_POST
 from ..audit_seal import audit_seal, preview_receipt
 from ..counter import preview_counter_propose
 from ..errors import DecisionError
-from ..executions import execution_of, execution_retry
+from ..executions import execution_retry
 from ..models import ApprovalRole, Preview, PreviewStatus
-from ..presentation import preview_state_key
+from ..presentation import preview_execution, preview_state_key
 from ..registry import registry
 from ..review_work import preview_claim, preview_release, previews_decide_many
 from ..services import agent_sessions_revoke, preview_approve, preview_decline, preview_refresh
@@ -173,7 +173,7 @@ def _decide(
 def preview_status(request: HttpRequest, preview_id: Any) -> JsonResponse:
     """The preview's state for the page's polling script (static/js/status.js)."""
     preview = preview_refresh(preview=_preview_or_404(request, preview_id))
-    execution = execution_of(preview)
+    execution = preview_execution(preview)
     response = JsonResponse({
         "status": preview.status,
         "state": preview_state_key(preview, execution),
