@@ -20,12 +20,24 @@ class ApprovalsConfig(AppConfig):
         from .registry import ImportSection, registry
 
         registry.register_import_section(
-            ImportSection(key="customers", item_serializer=CustomerImportSerializer, write=customer_upsert, order=0,
-                          subject_type="user", describe=person_describe)
+            ImportSection(
+                key="customers",
+                item_serializer=CustomerImportSerializer,
+                write=customer_upsert,
+                order=0,
+                subject_type="user",
+                describe=person_describe,
+            )
         )
         registry.register_import_section(
-            ImportSection(key="staff", item_serializer=StaffImportSerializer, write=staff_upsert, order=10,
-                          subject_type="user", describe=person_describe)
+            ImportSection(
+                key="staff",
+                item_serializer=StaffImportSerializer,
+                write=staff_upsert,
+                order=10,
+                subject_type="user",
+                describe=person_describe,
+            )
         )
 
         notifications.register()  # the reviewer digest is scheduled when a preview starts waiting for staff

@@ -21,9 +21,7 @@ class StrictSerializer(serializers.Serializer):
         if isinstance(data, dict):
             unknown = sorted(set(data) - set(self.fields))
             if unknown:
-                raise serializers.ValidationError(
-                    {name: ["This field is not allowed."] for name in unknown}
-                )
+                raise serializers.ValidationError({name: ["This field is not allowed."] for name in unknown})
         return super().to_internal_value(data)
 
 

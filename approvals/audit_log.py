@@ -86,7 +86,7 @@ class LeafTree(BaseMerkleTree):
         return self._leaves[index - 1]
 
     def _get_leaves(self, offset: int, width: int) -> list[bytes]:
-        return self._leaves[offset:offset + width]
+        return self._leaves[offset : offset + width]
 
     def _get_size(self) -> int:
         return len(self._leaves)
@@ -116,8 +116,9 @@ class LeafTree(BaseMerkleTree):
             return True
         proof = self.prove_consistency(size1, size2)
         try:
-            verify_consistency(self.root(size1), self.root(size2), proof, prior_size=size1, later_size=size2,
-                               algorithm="sha256")
+            verify_consistency(
+                self.root(size1), self.root(size2), proof, prior_size=size1, later_size=size2, algorithm="sha256"
+            )
         except InvalidProof:
             return False
         return True
@@ -176,8 +177,9 @@ def sign_tree_head(private_key: Ed25519PrivateKey, *, size: int, root_hash: str,
 def tree_head_signature_valid(public_key: Ed25519PublicKey, head: dict[str, Any]) -> bool:
     """A tree head as published (size, root_hash, timestamp, signature) is signed by this key."""
     try:
-        message = tree_head_message(size=int(head["size"]), root_hash=str(head["root_hash"]),
-                                    timestamp=int(head["timestamp"]))
+        message = tree_head_message(
+            size=int(head["size"]), root_hash=str(head["root_hash"]), timestamp=int(head["timestamp"])
+        )
         public_key.verify(_b64decode(str(head["signature"])), message)
     except (InvalidSignature, KeyError, TypeError, ValueError):
         return False
@@ -241,8 +243,9 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description="Check an audit receipt with the audit public key alone.")
     parser.add_argument("file", metavar="FILE")
-    parser.add_argument("--public-key", metavar="KEY", required=True,
-                        help="base64 of the key's 32 bytes, or a file holding it")
+    parser.add_argument(
+        "--public-key", metavar="KEY", required=True, help="base64 of the key's 32 bytes, or a file holding it"
+    )
     args = parser.parse_args(argv)
     try:
         key = public_key_from(args.public_key)

@@ -177,9 +177,11 @@ def _seal_batch_locked(key: Ed25519PrivateKey, batch_size: int) -> int:
         below = Q(transaction_id__lt=horizon)
         if own is not None:
             below |= Q(transaction_id=own)
-        candidates = candidates.filter(below, transaction_id__gte=head.horizon if head else 0).filter(
-            ~Exists(AuditLeaf.objects.filter(record_id=OuterRef("pk")))
-        ).order_by("transaction_id", "id")
+        candidates = (
+            candidates.filter(below, transaction_id__gte=head.horizon if head else 0)
+            .filter(~Exists(AuditLeaf.objects.filter(record_id=OuterRef("pk"))))
+            .order_by("transaction_id", "id")
+        )
     else:
         horizon, own = 0, None
         last = AuditLeaf.objects.aggregate(last=Max("record_id"))["last"] or 0
@@ -312,11 +314,13 @@ def preview_receipt(preview: Preview) -> dict[str, Any]:
                 leaf = record.leaf if _has_leaf(record) else None
                 if leaf is None or leaf.index >= head.size:
                     continue
-                entries.append({
-                    "leaf_index": leaf.index,
-                    "record": record_content(record),
-                    "inclusion_proof": tree.inclusion_proof(leaf.index, head.size),
-                })
+                entries.append(
+                    {
+                        "leaf_index": leaf.index,
+                        "record": record_content(record),
+                        "inclusion_proof": tree.inclusion_proof(leaf.index, head.size),
+                    }
+                )
     return {
         "format": RECEIPT_FORMAT,
         "preview": str(preview.pk),
@@ -415,32 +419,42 @@ def _check_heads(tree: LeafTree, key: Ed25519PublicKey | None, summary: AuditSum
         if not tree_head_signature_valid(key, head.as_checkpoint()):
             return AuditProblem(
                 f"tree head of size {head.size} is not signed by the audit key: leaves {trusted_from} to "
-                f"{head.size - 1} can't be trusted", trusted_from)
+                f"{head.size - 1} can't be trusted",
+                trusted_from,
+            )
         if head.size > tree.size:
             return AuditProblem(
                 f"tree head of size {head.size} was signed, but the tree has {tree.size} leaves: "
-                f"leaves from {tree.size} on are missing", tree.size)
+                f"leaves from {tree.size} on are missing",
+                tree.size,
+            )
         if tree.root(head.size).hex() != head.root_hash:
             return AuditProblem(
                 f"tree head of size {head.size} does not match the leaves: a leaf from {trusted_from} to "
-                f"{head.size - 1} was changed", trusted_from)
+                f"{head.size - 1} was changed",
+                trusted_from,
+            )
         if previous is not None:
             if head.timestamp < previous.timestamp:
                 return AuditProblem(f"tree head of size {head.size} is older than the head before it", trusted_from)
             if not tree.consistency_holds(previous.size, head.size):
                 return AuditProblem(
-                    f"tree heads of sizes {previous.size} and {head.size} are not consistent", trusted_from)
+                    f"tree heads of sizes {previous.size} and {head.size} are not consistent", trusted_from
+                )
         previous = head
     latest = previous.size if previous else 0
     if tree.size > latest:
         return AuditProblem(
-            f"leaves from {latest} on have no signed tree head (the latest has size {latest}): tree heads were "
-            "removed", latest)
+            f"leaves from {latest} on have no signed tree head (the latest has size {latest}): tree heads were removed",
+            latest,
+        )
     return None
 
 
 def _check_checkpoints(
-    tree: LeafTree, key: Ed25519PublicKey | None, checkpoints: Iterable[tuple[int, dict[str, Any]]],
+    tree: LeafTree,
+    key: Ed25519PublicKey | None,
+    checkpoints: Iterable[tuple[int, dict[str, Any]]],
     summary: AuditSummary,
 ) -> AuditProblem | None:
     for line, checkpoint in checkpoints:
@@ -453,9 +467,13 @@ def _check_checkpoints(
         if size > tree.size:
             return AuditProblem(
                 f"the database is behind the checkpoint on line {line}: it published {size} leaves, the "
-                f"database has {tree.size}: leaves from {tree.size} on were removed", tree.size)
+                f"database has {tree.size}: leaves from {tree.size} on were removed",
+                tree.size,
+            )
         if tree.root(size).hex() != checkpoint["root_hash"]:
             return AuditProblem(
                 f"the checkpoint on line {line} (size {size}) does not match the database: a leaf below {size} "
-                "was changed and its tree heads signed again", None)
+                "was changed and its tree heads signed again",
+                None,
+            )
     return None

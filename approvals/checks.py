@@ -17,8 +17,12 @@ def audit_signing_key_check(app_configs: Any, **kwargs: Any) -> list[Error]:
     try:
         private_key_from(text)
     except ValueError as error:
-        return [Error(f"AUDIT_SIGNING_KEY is not an Ed25519 private key: {error}.",
-                      hint="Base64 of 32 random bytes: python -c \"import base64,os;"
-                           "print(base64.b64encode(os.urandom(32)).decode())\"",
-                      id="approvals.E001")]
+        return [
+            Error(
+                f"AUDIT_SIGNING_KEY is not an Ed25519 private key: {error}.",
+                hint='Base64 of 32 random bytes: python -c "import base64,os;'
+                'print(base64.b64encode(os.urandom(32)).decode())"',
+                id="approvals.E001",
+            )
+        ]
     return []

@@ -119,8 +119,7 @@ def preview_counter_propose(
                 preview=old,
                 actor=reviewer,
                 agent_session=old.agent_session,
-                result={"new_preview": str(new.pk), "changes": values, "digest": digest,
-                        "reason": old.failure_reason},
+                result={"new_preview": str(new.pk), "changes": values, "digest": digest, "reason": old.failure_reason},
             )
             metrics.decision(old, role=ApprovalRole.STAFF, decision=COUNTER_PROPOSED)
         else:
@@ -138,6 +137,10 @@ def preview_counter_propose(
 
 def _counter_preview(old: Preview, proposal: Any, *, reviewer: AbstractBaseUser, action_name: str) -> Preview:
     return preview_build(
-        action_name=action_name, actor=old.actor, agent_session=old.agent_session, proposal=proposal,
-        counter_author=reviewer, supersedes=old,
+        action_name=action_name,
+        actor=old.actor,
+        agent_session=old.agent_session,
+        proposal=proposal,
+        counter_author=reviewer,
+        supersedes=old,
     )

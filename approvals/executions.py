@@ -76,14 +76,16 @@ Outcome = ExecutionOutcome
 
 TRANSITIONS: dict[str, frozenset[str]] = {
     Outcome.PENDING: frozenset({Outcome.IN_PROGRESS, Outcome.REFUSED_BEFORE_EFFECT}),
-    Outcome.IN_PROGRESS: frozenset({
-        Outcome.IN_PROGRESS,  # the next attempt of the same chain, or a takeover of an expired lease
-        Outcome.SUCCEEDED,
-        Outcome.FAILED_AFTER_CHECK,
-        Outcome.REFUSED_BEFORE_EFFECT,
-        Outcome.EFFECT_UNKNOWN,
-        Outcome.EFFECT_UNRECORDED,
-    }),
+    Outcome.IN_PROGRESS: frozenset(
+        {
+            Outcome.IN_PROGRESS,  # the next attempt of the same chain, or a takeover of an expired lease
+            Outcome.SUCCEEDED,
+            Outcome.FAILED_AFTER_CHECK,
+            Outcome.REFUSED_BEFORE_EFFECT,
+            Outcome.EFFECT_UNKNOWN,
+            Outcome.EFFECT_UNRECORDED,
+        }
+    ),
     # The resolver takes it (in_progress, looking up first); a person who checked the outside world
     # may say nothing happened (pending: every check runs again before a first effect).
     Outcome.EFFECT_UNKNOWN: frozenset({Outcome.IN_PROGRESS, Outcome.PENDING}),
@@ -94,8 +96,16 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     Outcome.FAILED_AFTER_CHECK: frozenset(),
 }
 EXECUTION_FIELDS = [
-    "outcome", "attempt", "fencing_token", "lease_owner", "lease_expires_at", "effect_possible", "effect", "code",
-    "detail", "updated_at",
+    "outcome",
+    "attempt",
+    "fencing_token",
+    "lease_owner",
+    "lease_expires_at",
+    "effect_possible",
+    "effect",
+    "code",
+    "detail",
+    "updated_at",
 ]
 # The events existing readers of the audit know; every record also carries from/to, attempt and token.
 TRANSITION_EVENTS = {
@@ -217,7 +227,10 @@ def execution_transition(
         if to == Outcome.REFUSED_BEFORE_EFFECT and code in SUPERSEDING_CODES:
             event = AuditEvent.SUPERSEDED
     record_result = {
-        "outcome_from": before, "outcome": to, "status": status, "attempt": execution.attempt,
+        "outcome_from": before,
+        "outcome": to,
+        "status": status,
+        "attempt": execution.attempt,
         "fencing_token": execution.fencing_token,
     }
     if code:
@@ -236,8 +249,13 @@ def execution_transition(
 
 
 def _fenced(
-    execution: Execution, preview: Preview, token: int | None, step: str, *,
-    effect: dict[str, Any] | None = None, detail: str = "",
+    execution: Execution,
+    preview: Preview,
+    token: int | None,
+    step: str,
+    *,
+    effect: dict[str, Any] | None = None,
+    detail: str = "",
 ) -> bool:
     """Whether the attempt holding `token` lost the execution (a newer attempt took its lease over, or
     the execution moved on). Its late answer changes nothing; it is audited, with any effect it saw."""
@@ -246,8 +264,14 @@ def _fenced(
     audit_record(
         event=AuditEvent.EXECUTION_FENCED_OFF,
         preview=preview,
-        result={"step": step, "fencing_token": token, "current_token": execution.fencing_token,
-                "outcome": execution.outcome, "effect": effect, "detail": detail[:500]},
+        result={
+            "step": step,
+            "fencing_token": token,
+            "current_token": execution.fencing_token,
+            "outcome": execution.outcome,
+            "effect": effect,
+            "detail": detail[:500],
+        },
     )
     return True
 
@@ -335,8 +359,9 @@ def _check_and_reserve(preview: Preview, execution: Execution, action: Action, t
     refusal = _checks_refusal(preview, execution, action, subject, _approvals_of(preview))
     if refusal is not None:
         code, reason, facts = refusal
-        execution_transition(execution, preview, Outcome.REFUSED_BEFORE_EFFECT, token=token, code=code,
-                             detail=reason, facts=facts)
+        execution_transition(
+            execution, preview, Outcome.REFUSED_BEFORE_EFFECT, token=token, code=code, detail=reason, facts=facts
+        )
         return None
     execution.effect_possible = True
     update_fields(execution, ["effect_possible", "updated_at"])
@@ -370,18 +395,30 @@ def _attempt_begin(preview_id: Any, *, presented: int | None, worker: str) -> _A
                 audit_record(
                     event=AuditEvent.EXECUTION_FENCED_OFF,
                     preview=preview,
-                    result={"fencing_token": presented, "current_token": execution.fencing_token,
-                            "attempt": execution.attempt, "reason": refusal},
+                    result={
+                        "fencing_token": presented,
+                        "current_token": execution.fencing_token,
+                        "attempt": execution.attempt,
+                        "reason": refusal,
+                    },
                 )
             return None
         action = registry.action(preview.action)
         if action is None:
             execution_transition(
-                execution, preview, Outcome.IN_PROGRESS, token=None, lease_owner=worker,
+                execution,
+                preview,
+                Outcome.IN_PROGRESS,
+                token=None,
+                lease_owner=worker,
             )
             execution_transition(
-                execution, preview, Outcome.REFUSED_BEFORE_EFFECT, token=execution.fencing_token,
-                code="unknown_action", detail=f"No action {preview.action!r} is registered.",
+                execution,
+                preview,
+                Outcome.REFUSED_BEFORE_EFFECT,
+                token=execution.fencing_token,
+                code="unknown_action",
+                detail=f"No action {preview.action!r} is registered.",
             )
             return None
         known_effect = execution.effect if execution.outcome == Outcome.EFFECT_UNRECORDED else None
@@ -394,12 +431,17 @@ def _attempt_begin(preview_id: Any, *, presented: int | None, worker: str) -> _A
             refusal = _checks_refusal(preview, execution, action, subject, approvals)
             if refusal is not None:
                 code, reason, facts = refusal
-                execution_transition(execution, preview, Outcome.REFUSED_BEFORE_EFFECT, token=None, code=code,
-                                     detail=reason, facts=facts)
+                execution_transition(
+                    execution, preview, Outcome.REFUSED_BEFORE_EFFECT, token=None, code=code, detail=reason, facts=facts
+                )
                 return None
             execution.effect_possible = True  # from here on the effect may be underway: it counts as in flight
         execution_transition(
-            execution, preview, Outcome.IN_PROGRESS, token=None, lease_owner=worker,
+            execution,
+            preview,
+            Outcome.IN_PROGRESS,
+            token=None,
+            lease_owner=worker,
             facts={"took_over": took_over, "look_up_first": look_up_first},
             result={"subject_version": action.subject_version(subject)} if subject is not None else None,
         )
@@ -447,7 +489,12 @@ def _attempt_finish(attempt: _Attempt, effect: dict[str, Any] | None) -> Preview
             result = action.record(preview=preview, subject=subject, effect=made)
             approvals = attempt.approvals if attempt.approvals is not None else _approvals_of(preview)
             execution_transition(
-                execution, preview, Outcome.SUCCEEDED, token=attempt.token, effect=made, result=result,
+                execution,
+                preview,
+                Outcome.SUCCEEDED,
+                token=attempt.token,
+                effect=made,
+                result=result,
                 approval_basis={
                     a.role: {"approver": a.approver_id, "digest": a.digest, "basis": a.basis} for a in approvals
                 },
@@ -471,7 +518,12 @@ def _effect_unrecorded(attempt: _Attempt, effect: dict[str, Any], error: Excepti
         if _fenced(execution, preview, attempt.token, "record", effect=effect):
             return preview
         execution_transition(
-            execution, preview, Outcome.EFFECT_UNRECORDED, token=attempt.token, effect=effect, code="record_failed",
+            execution,
+            preview,
+            Outcome.EFFECT_UNRECORDED,
+            token=attempt.token,
+            effect=effect,
+            code="record_failed",
             detail=f"The effect was made ({effect_reference(effect)}) but could not be recorded: {error}",
         )
         return preview
@@ -486,8 +538,15 @@ def effect_reference(effect: dict[str, Any] | None) -> str:
     return "no reference"
 
 
-def _attempt_end(attempt: _Attempt, to: str, *, code: str, detail: str, effect: dict[str, Any] | None = None,
-                 facts: dict[str, Any] | None = None) -> Preview | None:
+def _attempt_end(
+    attempt: _Attempt,
+    to: str,
+    *,
+    code: str,
+    detail: str,
+    effect: dict[str, Any] | None = None,
+    facts: dict[str, Any] | None = None,
+) -> Preview | None:
     with _audited_transaction():
         locked = _locked(attempt.preview.pk)
         if locked is None:
@@ -534,7 +593,9 @@ def preview_execute(*, preview_id: Any, fencing_token: int | None = None, worker
                 raise
             except EffectLookupUnavailable as error:
                 return _attempt_end(
-                    attempt, Outcome.EFFECT_UNKNOWN, code="effect_unknown",
+                    attempt,
+                    Outcome.EFFECT_UNKNOWN,
+                    code="effect_unknown",
                     detail=f"An earlier attempt may have acted and {error} A person must check.",
                 )
             if effect is None and not _attempt_recheck(attempt):
@@ -567,12 +628,15 @@ def execution_attempt_failed(
         metrics.execution_attempt_failed(
             preview, error_class="effect_possible" if error.effect_possible else "no_effect", will_retry=will_retry
         )
-        facts = {"attempt": execution.attempt, "fencing_token": token, "error": str(error)[:500],
-                 "will_retry": will_retry, "effect_possible": error.effect_possible}
+        facts = {
+            "attempt": execution.attempt,
+            "fencing_token": token,
+            "error": str(error)[:500],
+            "will_retry": will_retry,
+            "effect_possible": error.effect_possible,
+        }
         if will_retry:
-            execution.lease_expires_at = timezone.now() + timedelta(
-                seconds=retry_in + settings.EXECUTION_LEASE_SECONDS
-            )
+            execution.lease_expires_at = timezone.now() + timedelta(seconds=retry_in + settings.EXECUTION_LEASE_SECONDS)
             execution.detail = str(error)[:500]
             update_fields(execution, ["effect_possible", "lease_expires_at", "detail", "updated_at"])
             audit_record(event=AuditEvent.EXECUTION_ATTEMPT_FAILED, preview=preview, result=facts)
@@ -580,11 +644,18 @@ def execution_attempt_failed(
         audit_record(event=AuditEvent.EXECUTION_ATTEMPT_FAILED, preview=preview, result=facts)
         attempts = f"Gave up after {execution.attempt} attempts: {error}"
         if error.effect_possible:
-            execution_transition(execution, preview, Outcome.EFFECT_UNKNOWN, token=token, code="effect_unknown",
-                                 detail=attempts)
+            execution_transition(
+                execution, preview, Outcome.EFFECT_UNKNOWN, token=token, code="effect_unknown", detail=attempts
+            )
         else:
-            execution_transition(execution, preview, Outcome.REFUSED_BEFORE_EFFECT, token=token,
-                                 code="retries_exhausted", detail=attempts)
+            execution_transition(
+                execution,
+                preview,
+                Outcome.REFUSED_BEFORE_EFFECT,
+                token=token,
+                code="retries_exhausted",
+                detail=attempts,
+            )
 
 
 # The sweeper, the resolver and people ----------------------------------------------------------
@@ -604,8 +675,10 @@ def executions_dispatch_stalled(*, older_than_seconds: int | None = None) -> int
     now = timezone.now()
     pending = Execution.objects.filter(outcome=Outcome.PENDING, updated_at__lte=now - timedelta(seconds=wait))
     expired = Execution.objects.filter(outcome=Outcome.IN_PROGRESS, lease_expires_at__lte=now)
-    ids = [*pending.order_by("updated_at").values_list("pk", flat=True),
-           *expired.order_by("lease_expires_at").values_list("pk", flat=True)]
+    ids = [
+        *pending.order_by("updated_at").values_list("pk", flat=True),
+        *expired.order_by("lease_expires_at").values_list("pk", flat=True),
+    ]
     return sum(_dispatch(pk) for pk in ids)
 
 
@@ -678,14 +751,18 @@ def execution_retry(*, preview_id: Any, staff: AbstractBaseUser, nothing_happene
             )
         else:
             metrics.execution_retried(preview, trigger="staff")
-            facts = {"previous": {"outcome": execution.outcome, "code": execution.code, "reason": execution.detail},
-                     "nothing_happened": nothing_happened}
+            facts = {
+                "previous": {"outcome": execution.outcome, "code": execution.code, "reason": execution.detail},
+                "nothing_happened": nothing_happened,
+            }
             if execution.outcome == Outcome.REFUSED_BEFORE_EFFECT or nothing_happened:
-                execution_transition(execution, preview, Outcome.PENDING, token=None, actor=staff,
-                                     event=AuditEvent.RETRIED, facts=facts)
+                execution_transition(
+                    execution, preview, Outcome.PENDING, token=None, actor=staff, event=AuditEvent.RETRIED, facts=facts
+                )
             else:
-                audit_record(event=AuditEvent.RETRIED, preview=preview, actor=staff,
-                             result={**facts, "status": preview.status})
+                audit_record(
+                    event=AuditEvent.RETRIED, preview=preview, actor=staff, result={**facts, "status": preview.status}
+                )
             preview_id_text = str(preview.pk)
             transaction.on_commit(lambda: _dispatch(preview_id_text))
     if error is not None:
@@ -732,8 +809,15 @@ def _supersede_siblings(preview: Preview, action: Action, subject: Any) -> None:
     for sibling in Preview.objects.filter(pk__in=sibling_ids).order_by("pk"):  # locked by us already
         execution = executions.get(sibling.pk)
         if execution is not None:
-            execution_transition(execution, sibling, Outcome.REFUSED_BEFORE_EFFECT, token=None,
-                                 code="subject_changed", detail=reason, facts={"by_preview": str(preview.pk)})
+            execution_transition(
+                execution,
+                sibling,
+                Outcome.REFUSED_BEFORE_EFFECT,
+                token=None,
+                code="subject_changed",
+                detail=reason,
+                facts={"by_preview": str(preview.pk)},
+            )
             continue
         previous_status = sibling.status
         sibling.status, sibling.failure_code = PreviewStatus.SUPERSEDED, "subject_changed"
@@ -762,8 +846,14 @@ def _sibling_ids_to_supersede(preview: Preview, *, new_version: int) -> list[Any
     """Lock (skipping those locked elsewhere) the subject's other open previews whose execution has not
     started, made against another version than `new_version`; their ids in order."""
     pk = Preview._meta.pk
-    params = [preview.subject_type, preview.subject_id, *(status.value for status in OPEN_STATUSES),
-              pk.get_db_prep_value(preview.pk, connection), new_version, Outcome.PENDING.value]
+    params = [
+        preview.subject_type,
+        preview.subject_id,
+        *(status.value for status in OPEN_STATUSES),
+        pk.get_db_prep_value(preview.pk, connection),
+        new_version,
+        Outcome.PENDING.value,
+    ]
     with statement_cursor() as cursor:
         cursor.execute(_sibling_ids_sql(lock=connection.features.has_select_for_update_skip_locked), params)
         return [row[0] for row in cursor.fetchall()]

@@ -157,31 +157,45 @@ def spend_limits_check(
 
     money = format_minor
     if hourly is not None:
-        use = LimitUse("agent_hourly_count", "Proposals in the last hour", "", hourly,
-                       agent_hourly_count(agent_session))
+        use = LimitUse(
+            "agent_hourly_count", "Proposals in the last hour", "", hourly, agent_hourly_count(agent_session)
+        )
         if use.used + 1 > use.limit:
-            return _refusal(use, None, (
-                f"This agent session already made {use.used} proposals in the last hour, the most allowed "
-                f"({use.limit}). Nothing was proposed; try again later or ask a person."
-            ))
+            return _refusal(
+                use,
+                None,
+                (
+                    f"This agent session already made {use.used} proposals in the last hour, the most allowed "
+                    f"({use.limit}). Nothing was proposed; try again later or ask a person."
+                ),
+            )
     if daily is not None:
         use = LimitUse("agent_daily_limit", "Today", currency, daily, agent_daily_use(agent_session, currency))
         if use.used + amount_minor > use.limit:
-            return _refusal(use, amount_minor, (
-                f"This agent session may propose at most {use.formatted(use.limit)} a day in {currency}; "
-                f"{use.formatted(use.used)} is already proposed or refunded today, so "
-                f"{money(amount_minor, currency)} ({amount_minor}) more would go past the limit. "
-                f"At most {use.formatted(use.remaining)} remains today."
-            ))
+            return _refusal(
+                use,
+                amount_minor,
+                (
+                    f"This agent session may propose at most {use.formatted(use.limit)} a day in {currency}; "
+                    f"{use.formatted(use.used)} is already proposed or refunded today, so "
+                    f"{money(amount_minor, currency)} ({amount_minor}) more would go past the limit. "
+                    f"At most {use.formatted(use.remaining)} remains today."
+                ),
+            )
     if period is not None:
-        use = LimitUse("customer_period_limit", "Customer, 30 days", currency, period,
-                       customer_period_use(actor.pk, currency))
+        use = LimitUse(
+            "customer_period_limit", "Customer, 30 days", currency, period, customer_period_use(actor.pk, currency)
+        )
         if use.used + amount_minor > use.limit:
-            return _refusal(use, amount_minor, (
-                f"At most {use.formatted(use.limit)} in {currency} may be proposed for this customer in 30 days; "
-                f"{use.formatted(use.used)} is already proposed or refunded, so {money(amount_minor, currency)} "
-                f"({amount_minor}) more would go past the limit. At most {use.formatted(use.remaining)} remains."
-            ))
+            return _refusal(
+                use,
+                amount_minor,
+                (
+                    f"At most {use.formatted(use.limit)} in {currency} may be proposed for this customer in 30 days; "
+                    f"{use.formatted(use.used)} is already proposed or refunded, so {money(amount_minor, currency)} "
+                    f"({amount_minor}) more would go past the limit. At most {use.formatted(use.remaining)} remains."
+                ),
+            )
     return None
 
 
@@ -189,14 +203,31 @@ def agent_session_limit_use(session: AgentSession) -> list[LimitUse]:
     """Each configured limit of this session with what it used (the console's agent sessions page)."""
     uses = []
     if settings.SPEND_LIMIT_AGENT_HOURLY_COUNT:
-        uses.append(LimitUse("agent_hourly_count", "Proposals in the last hour", "",
-                             settings.SPEND_LIMIT_AGENT_HOURLY_COUNT, agent_hourly_count(session)))
+        uses.append(
+            LimitUse(
+                "agent_hourly_count",
+                "Proposals in the last hour",
+                "",
+                settings.SPEND_LIMIT_AGENT_HOURLY_COUNT,
+                agent_hourly_count(session),
+            )
+        )
     for currency, limit in sorted(settings.SPEND_LIMIT_AGENT_DAILY.items()):
         if currency != "*":
-            uses.append(LimitUse("agent_daily_limit", f"Today in {currency}", currency, limit,
-                                 agent_daily_use(session, currency)))
+            uses.append(
+                LimitUse(
+                    "agent_daily_limit", f"Today in {currency}", currency, limit, agent_daily_use(session, currency)
+                )
+            )
     for currency, limit in sorted(settings.SPEND_LIMIT_CUSTOMER_30D.items()):
         if currency != "*":
-            uses.append(LimitUse("customer_period_limit", f"{session.user} in 30 days, {currency}", currency, limit,
-                                 customer_period_use(session.user_id, currency)))
+            uses.append(
+                LimitUse(
+                    "customer_period_limit",
+                    f"{session.user} in 30 days, {currency}",
+                    currency,
+                    limit,
+                    customer_period_use(session.user_id, currency),
+                )
+            )
     return uses

@@ -127,8 +127,10 @@ _SECRET_TEXT: list[tuple[re.Pattern[str], Any]] = [
     ),
     # Card numbers (13 to 19 digits that pass the Luhn check) and IBANs: only the last four stay.
     (re.compile(r"(?<![\w-])\d(?:[ -]?\d){12,18}(?![\w-])"), _mask_card),
-    (re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b"),
-     lambda m: f"[iban …{m.group(0).replace(' ', '')[-4:]}]"),
+    (
+        re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b"),
+        lambda m: f"[iban …{m.group(0).replace(' ', '')[-4:]}]",
+    ),
 ]
 
 

@@ -94,15 +94,20 @@ def _tools_of(session: AgentSession) -> list[types.Tool]:
     tools = []
     for action in session_actions(session):
         definition, hints = tool_definition(action), tool_annotations(action)
-        tools.append(types.Tool(
-            name=definition["name"],
-            description=definition["description"],
-            input_schema=definition["input_schema"],
-            annotations=types.ToolAnnotations(
-                title=hints["title"], read_only_hint=hints["readOnlyHint"], destructive_hint=hints["destructiveHint"],
-                idempotent_hint=hints["idempotentHint"], open_world_hint=hints["openWorldHint"],
-            ),
-        ))
+        tools.append(
+            types.Tool(
+                name=definition["name"],
+                description=definition["description"],
+                input_schema=definition["input_schema"],
+                annotations=types.ToolAnnotations(
+                    title=hints["title"],
+                    read_only_hint=hints["readOnlyHint"],
+                    destructive_hint=hints["destructiveHint"],
+                    idempotent_hint=hints["idempotentHint"],
+                    open_world_hint=hints["openWorldHint"],
+                ),
+            )
+        )
     return tools
 
 
@@ -138,8 +143,10 @@ def _answer_call(
         preview_id = _preview_id_from_state(session, state)
         preview = preview_of_session(session, preview_id) if preview_id else None
         if preview is None:
-            body = error_body("invalid_request_state",
-                              "The request_state is not one this server gave this agent session; call the tool again.")
+            body = error_body(
+                "invalid_request_state",
+                "The request_state is not one this server gave this agent session; call the tool again.",
+            )
             return CallAnswer(400, body)
         body = preview_envelope(preview, base_url=base_url)
         if call_id is not None:
@@ -149,31 +156,46 @@ def _answer_call(
         # The call id is the idempotency key, as an Idempotency-Key header would be; one that could not be
         # a header (too long, not visible ASCII) is keyed by its digest.
         key = call_id if IDEMPOTENCY_KEY.match(call_id) else "mcp-call-id:" + digest_of(call_id)
-        answer = tool_call(session=session, tool_name=tool_name, arguments=arguments, call_id=call_id,
-                           idempotency_key=key, base_url=base_url)
+        answer = tool_call(
+            session=session,
+            tool_name=tool_name,
+            arguments=arguments,
+            call_id=call_id,
+            idempotency_key=key,
+            base_url=base_url,
+        )
         if answer.replayed:
             return current_answer(answer, session=session, base_url=base_url, call_id=call_id)
         return answer
     key = _implicit_key(tool_name, arguments)
     earlier = IdempotencyRecord.objects.filter(agent_session=session, key=key).first()
     if earlier is not None:
-        return current_answer(CallAnswer(200, earlier.response_body, replayed=True),
-                              session=session, base_url=base_url, call_id=None)
-    answer = tool_call(session=session, tool_name=tool_name, arguments=arguments, call_id=None,
-                       idempotency_key=None, base_url=base_url)
+        return current_answer(
+            CallAnswer(200, earlier.response_body, replayed=True), session=session, base_url=base_url, call_id=None
+        )
+    answer = tool_call(
+        session=session, tool_name=tool_name, arguments=arguments, call_id=None, idempotency_key=None, base_url=base_url
+    )
     if answer.preview_id is not None:
         # Remembered only for a call that made (or found) a preview: a refused call is checked again.
         IdempotencyRecord.objects.get_or_create(
-            agent_session=session, key=key,
-            defaults={"request_fingerprint": digest_of({"name": tool_name, "arguments": arguments}),
-                      "response_status": answer.http_status, "response_body": answer.body},
+            agent_session=session,
+            key=key,
+            defaults={
+                "request_fingerprint": digest_of({"name": tool_name, "arguments": arguments}),
+                "response_status": answer.http_status,
+                "response_body": answer.body,
+            },
         )
     return answer
 
 
 def _facts_text(error: dict[str, Any]) -> str:
-    facts = [f"{name}={value}" for name, value in error.items()
-             if name not in ("code", "message", "fields") and isinstance(value, int | str)]
+    facts = [
+        f"{name}={value}"
+        for name, value in error.items()
+        if name not in ("code", "message", "fields") and isinstance(value, int | str)
+    ]
     return f" ({', '.join(facts)})" if facts else ""
 
 
@@ -212,19 +234,12 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
         call_id = json.dumps(call_id)
     arguments = params.arguments if params.arguments is not None else {}
     retrying = params.input_responses is not None or params.request_state is not None
-    answer = await sync_to_async(_answer_call)(
-        session, params.name, arguments, call_id, base_url, params.request_state
-    )
+    answer = await sync_to_async(_answer_call)(session, params.name, arguments, call_id, base_url, params.request_state)
     body = answer.body
     if not body.get("ok", False) and body["error"]["code"] in ("unknown_tool", "tool_not_allowed"):
         # Not one of this session's tools: as for any tool the server does not list, a protocol error.
         raise MCPError(code=types.INVALID_PARAMS, message=body["error"]["message"], data=body["error"])
-    if (
-        body.get("ok")
-        and body.get("status") == PreviewStatus.AWAITING_CUSTOMER
-        and not retrying
-        and _elicits_url(ctx)
-    ):
+    if body.get("ok") and body.get("status") == PreviewStatus.AWAITING_CUSTOMER and not retrying and _elicits_url(ctx):
         return types.InputRequiredResult(
             input_requests={
                 CONFIRM_REQUEST_KEY: types.ElicitRequest(
@@ -251,8 +266,12 @@ def mcp_server() -> Server:
     global _server
     if _server is None:
         _server = Server(
-            "approval-gateway", version="1", instructions=INSTRUCTIONS,
-            get_tool_input_schema=_input_schema, on_list_tools=list_tools, on_call_tool=call_tool,
+            "approval-gateway",
+            version="1",
+            instructions=INSTRUCTIONS,
+            get_tool_input_schema=_input_schema,
+            on_list_tools=list_tools,
+            on_call_tool=call_tool,
         )
     return _server
 
@@ -323,9 +342,13 @@ def _asgi_scope(request: HttpRequest, session: AgentSession) -> dict[str, Any]:
 
 
 def _unauthorized(message: str) -> JsonResponse:
-    response = JsonResponse(error_body("authentication_failed" if message else "not_authenticated",
-                                       message or "Send the agent token as `Authorization: Bearer <token>`."),
-                            status=401)
+    response = JsonResponse(
+        error_body(
+            "authentication_failed" if message else "not_authenticated",
+            message or "Send the agent token as `Authorization: Bearer <token>`.",
+        ),
+        status=401,
+    )
     response["WWW-Authenticate"] = AgentTokenAuthentication().authenticate_header(None)
     return response
 
@@ -381,9 +404,10 @@ def mcp_endpoint(request: HttpRequest) -> HttpResponse:
     try:
         body = request.body
     except RequestDataTooBig:
-        return JsonResponse(error_body("request_too_large",
-                                       f"The body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes."),
-                            status=413)
+        return JsonResponse(
+            error_body("request_too_large", f"The body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes."),
+            status=413,
+        )
     status, headers, content = async_to_sync(_serve)(_asgi_scope(request, session), body)
     response = HttpResponse(content, status=status)
     for name, value in headers:

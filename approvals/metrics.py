@@ -59,11 +59,13 @@ SETTLED_STATUSES = frozenset({"executed", "declined", "rejected", "expired", "su
 HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 http_requests = Counter(
-    "gateway_http_requests", "HTTP requests answered, by view (URL pattern name), method and status code.",
+    "gateway_http_requests",
+    "HTTP requests answered, by view (URL pattern name), method and status code.",
     ["view", "method", "status"],
 )
 http_request_duration = Histogram(
-    "gateway_http_request_duration_seconds", "Time to answer an HTTP request, by view and method.",
+    "gateway_http_request_duration_seconds",
+    "Time to answer an HTTP request, by view and method.",
     ["view", "method"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
 )
@@ -187,8 +189,13 @@ def execution_outcome(
     if approved_at is not None:
         seconds = max((timezone.now() - approved_at).total_seconds(), 0.0)
         confirm_to_executed.labels(preview.action).observe(seconds)
-    _log(f"execution {outcome}", logging.INFO if outcome == "succeeded" else logging.WARNING,
-         outcome=outcome, error_class=error_class or None, confirm_to_executed_seconds=seconds)
+    _log(
+        f"execution {outcome}",
+        logging.INFO if outcome == "succeeded" else logging.WARNING,
+        outcome=outcome,
+        error_class=error_class or None,
+        confirm_to_executed_seconds=seconds,
+    )
 
 
 def execution_succeeded(preview: Preview, approvals: Any) -> None:
@@ -199,8 +206,9 @@ def execution_succeeded(preview: Preview, approvals: Any) -> None:
 def execution_failed(preview: Preview, *, code: str) -> None:
     """An approved preview failed for good: after its retries ran out (`retries_exhausted`: whether the
     provider acted is unknown), or refused by the provider or the executor after the checks."""
-    execution_outcome(preview, "effect_unknown" if code == "retries_exhausted" else "failed_after_check",
-                      error_class=code)
+    execution_outcome(
+        preview, "effect_unknown" if code == "retries_exhausted" else "failed_after_check", error_class=code
+    )
 
 
 def execution_attempt_failed(preview: Preview, *, error_class: str, will_retry: bool) -> None:
@@ -223,8 +231,7 @@ def execution_retried(preview: Preview, *, trigger: str) -> None:
 
 webhook_deliveries = Counter(
     "gateway_webhook_deliveries",
-    "Webhook messages handed over (a 2xx answer), by kind (agent_session, review_notify, "
-    "audit_checkpoint, …).",
+    "Webhook messages handed over (a 2xx answer), by kind (agent_session, review_notify, audit_checkpoint, …).",
     ["kind"],
 )
 webhook_failures = Counter(
@@ -234,7 +241,9 @@ webhook_failures = Counter(
     ["kind", "reason", "will_retry"],
 )
 webhook_delivery_duration = Histogram(
-    "gateway_webhook_delivery_seconds", "Time of one webhook delivery attempt, by kind.", ["kind"],
+    "gateway_webhook_delivery_seconds",
+    "Time of one webhook delivery attempt, by kind.",
+    ["kind"],
     buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
 )
 
@@ -268,7 +277,8 @@ class PipelineCollector:
         statuses = _counted_statuses()
         up = GaugeMetricFamily("gateway_pipeline_metrics_up", "1 when the previews could be counted at this scrape.")
         count = GaugeMetricFamily(
-            "gateway_previews", "Previews now in each state that is not settled, by action.",
+            "gateway_previews",
+            "Previews now in each state that is not settled, by action.",
             labels=["action", "status"],
         )
         oldest = GaugeMetricFamily(
@@ -341,9 +351,7 @@ def _process_metrics() -> Any:
 def exposition(*, pipeline: bool = True) -> bytes:
     """The Prometheus text format. `pipeline`: with the gauges computed from the database (the web
     serves them; a worker's exporter leaves them out, so that they are not reported twice)."""
-    collectors = (
-        (_process_metrics(), PipelineCollector(), AuditSealCollector()) if pipeline else (_process_metrics(),)
-    )
+    collectors = (_process_metrics(), PipelineCollector(), AuditSealCollector()) if pipeline else (_process_metrics(),)
     return generate_latest(_Scrape(*collectors))
 
 
@@ -374,8 +382,10 @@ def exporter_app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
         start_response("404 Not Found", [("Content-Type", "text/plain")])
         return [b"Not found\n"]
     if not allowed:
-        start_response("401 Unauthorized" if allowed is None else "403 Forbidden",
-                       [("Content-Type", "text/plain"), ("WWW-Authenticate", 'Bearer realm="metrics"')])
+        start_response(
+            "401 Unauthorized" if allowed is None else "403 Forbidden",
+            [("Content-Type", "text/plain"), ("WWW-Authenticate", 'Bearer realm="metrics"')],
+        )
         return [b"Send Authorization: Bearer <METRICS_TOKEN>\n"]
     start_response("200 OK", [("Content-Type", CONTENT_TYPE_LATEST)])
     return [exposition(pipeline=False)]

@@ -11,9 +11,7 @@ class AgentSession(models.Model):
 
     token_hash = models.CharField(max_length=64, unique=True)
     token_prefix = models.CharField(max_length=16, help_text="First characters, to recognise a token.")
-    user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="agent_sessions"
-    )
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="agent_sessions")
     tools = models.JSONField(default=list)
     label = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -80,14 +78,10 @@ class Preview(models.Model):
     payload = models.JSONField()
     amount_minor = models.BigIntegerField()
     currency = models.CharField(max_length=3)
-    proposal_key = models.CharField(
-        max_length=64, help_text="Digest of what was proposed; equal proposals share it."
-    )
+    proposal_key = models.CharField(max_length=64, help_text="Digest of what was proposed; equal proposals share it.")
     digest = models.CharField(max_length=64, help_text="Digest of exactly what a person approves.")
     required_approvals = models.JSONField()
-    status = models.CharField(
-        max_length=32, choices=PreviewStatus.choices, default=PreviewStatus.AWAITING_CUSTOMER
-    )
+    status = models.CharField(max_length=32, choices=PreviewStatus.choices, default=PreviewStatus.AWAITING_CUSTOMER)
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField()
     status_changed_at = models.DateTimeField(auto_now=True)
@@ -278,20 +272,14 @@ class AuditRecord(models.Model):
     transaction_id = models.BigIntegerField(db_default=CurrentTransactionId(), editable=False)
     event = models.CharField(max_length=32, choices=AuditEvent.choices)
     action = models.CharField(max_length=64, blank=True)
-    preview = models.ForeignKey(
-        Preview, on_delete=models.PROTECT, null=True, blank=True, related_name="audit_records"
-    )
+    preview = models.ForeignKey(Preview, on_delete=models.PROTECT, null=True, blank=True, related_name="audit_records")
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
     )
-    agent_session = models.ForeignKey(
-        AgentSession, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
-    )
+    agent_session = models.ForeignKey(AgentSession, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
     subject_type = models.CharField(max_length=32, blank=True)
     subject_id = models.CharField(max_length=64, blank=True)
-    raw_arguments = models.TextField(
-        blank=True, help_text="The tool call's arguments exactly as received, unparsed."
-    )
+    raw_arguments = models.TextField(blank=True, help_text="The tool call's arguments exactly as received, unparsed.")
     approval_basis = models.JSONField(null=True, blank=True)
     result = models.JSONField(default=dict)
 
@@ -339,8 +327,13 @@ class AuditTreeHead(models.Model):
         return f"tree head {self.size}"
 
     def as_checkpoint(self) -> dict:
-        return {"size": self.size, "root_hash": self.root_hash, "timestamp": self.timestamp,
-                "signature": self.signature, "public_key": self.public_key}
+        return {
+            "size": self.size,
+            "root_hash": self.root_hash,
+            "timestamp": self.timestamp,
+            "signature": self.signature,
+            "public_key": self.public_key,
+        }
 
 
 class IdempotencyRecord(models.Model):

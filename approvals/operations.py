@@ -127,8 +127,12 @@ def metrics_endpoint(request: HttpRequest) -> HttpResponse:
     allowed = metrics.authorized(request.headers.get("Authorization"), token)
     if not allowed:
         response = JsonResponse(
-            {"error": {"code": "not_authenticated" if allowed is None else "invalid_token",
-                       "message": "Send Authorization: Bearer <METRICS_TOKEN>."}},
+            {
+                "error": {
+                    "code": "not_authenticated" if allowed is None else "invalid_token",
+                    "message": "Send Authorization: Bearer <METRICS_TOKEN>.",
+                }
+            },
             status=401 if allowed is None else 403,
         )
         response["WWW-Authenticate"] = 'Bearer realm="metrics"'

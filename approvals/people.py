@@ -22,9 +22,7 @@ class CustomerImportSerializer(StrictSerializer):
 
 
 class StaffImportSerializer(CustomerImportSerializer):
-    groups = serializers.ListField(
-        child=serializers.ChoiceField(choices=STAFF_GROUPS), required=False, default=list
-    )
+    groups = serializers.ListField(child=serializers.ChoiceField(choices=STAFF_GROUPS), required=False, default=list)
 
 
 def _person_upsert(data: dict[str, Any], *, is_staff: bool) -> str:

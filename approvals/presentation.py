@@ -171,8 +171,13 @@ STATE_WORDING: dict[str, StateWording] = {
 
 def preview_execution(preview: Preview) -> Execution | None:
     """The preview's execution, if it was ever approved (one query, only when there can be one)."""
-    if preview.status in (PreviewStatus.AWAITING_CUSTOMER, PreviewStatus.AWAITING_STAFF, PreviewStatus.DECLINED,
-                          PreviewStatus.REJECTED, PreviewStatus.EXPIRED):
+    if preview.status in (
+        PreviewStatus.AWAITING_CUSTOMER,
+        PreviewStatus.AWAITING_STAFF,
+        PreviewStatus.DECLINED,
+        PreviewStatus.REJECTED,
+        PreviewStatus.EXPIRED,
+    ):
         return None
     cached = preview._state.fields_cache.get("execution")
     if cached is not None:

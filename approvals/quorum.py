@@ -148,9 +148,11 @@ def review_settings_are_usable(app_configs: Any = None, **kwargs: Any) -> list[C
     except ValueError as error:
         problems.append(Error(str(error), hint="REVIEW_QUORUM=refund_order:EUR:100000:2,…", id="approvals.E101"))
     if settings.REVIEW_NOTIFY_WEBHOOKS and not settings.REVIEW_NOTIFY_SECRET:
-        problems.append(Error(
-            "REVIEW_NOTIFY_WEBHOOKS is set but REVIEW_NOTIFY_SECRET is not: nothing would be sent unsigned.",
-            hint="Set REVIEW_NOTIFY_SECRET to a whsec_… secret shared with the receivers.",
-            id="approvals.E102",
-        ))
+        problems.append(
+            Error(
+                "REVIEW_NOTIFY_WEBHOOKS is set but REVIEW_NOTIFY_SECRET is not: nothing would be sent unsigned.",
+                hint="Set REVIEW_NOTIFY_SECRET to a whsec_… secret shared with the receivers.",
+                id="approvals.E102",
+            )
+        )
     return problems

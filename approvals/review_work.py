@@ -47,8 +47,7 @@ def preview_claim(
             event=AuditEvent.REVIEW_CLAIMED,
             preview=locked,
             actor=by,
-            result={"claimed_by": reviewer.get_username(), "previous": previous,
-                    "assigned": by.pk != reviewer.pk},
+            result={"claimed_by": reviewer.get_username(), "previous": previous, "assigned": by.pk != reviewer.pk},
         )
     return claim
 
@@ -107,12 +106,18 @@ def previews_decide_many(
                 )
             if decision == "approve":
                 preview_approve(
-                    preview_id=item.preview_id, approver=reviewer, role=ApprovalRole.STAFF, digest=item.digest,
+                    preview_id=item.preview_id,
+                    approver=reviewer,
+                    role=ApprovalRole.STAFF,
+                    digest=item.digest,
                     basis="staff console bulk review",
                 )
             else:
                 preview_decline(
-                    preview_id=item.preview_id, person=reviewer, role=ApprovalRole.STAFF, digest=item.digest,
+                    preview_id=item.preview_id,
+                    person=reviewer,
+                    role=ApprovalRole.STAFF,
+                    digest=item.digest,
                     note=note,
                 )
             results.append(BulkResult(item.preview_id, True))

@@ -56,9 +56,7 @@ def statement_cursor() -> Iterator[Any]:
 @cache
 def _insert_statement(model: type[Model], *, rows: int, skip_conflicts: bool) -> tuple[str, tuple[Field, ...]]:
     meta = model._meta
-    fields = tuple(
-        f for f in meta.local_concrete_fields if not f.generated and not isinstance(f, _AUTO_FIELDS)
-    )
+    fields = tuple(f for f in meta.local_concrete_fields if not f.generated and not isinstance(f, _AUTO_FIELDS))
     on_conflict = OnConflict.IGNORE if skip_conflicts else None
     row = "(" + ", ".join(["%s"] * len(fields)) + ")"
     returning, _params = connection.ops.return_insert_columns([meta.pk])
@@ -189,6 +187,6 @@ def fetch_one(
             value = convert(value, column, connection)
         values.append(value)
     instance = model.from_db(connection.alias, attnames, values)
-    for name, value in zip(extra, row[len(converters):], strict=True):
+    for name, value in zip(extra, row[len(converters) :], strict=True):
         setattr(instance, name, value)
     return instance

@@ -124,9 +124,7 @@ def agent_session_create(
         if action is None:
             raise ApplicationError(f"Unknown tool {name!r}.", code="unknown_tool")
         if not action.may_use(user):
-            raise ApplicationError(
-                f"User {user} may not use the tool {name!r}.", code="tool_not_allowed"
-            )
+            raise ApplicationError(f"User {user} may not use the tool {name!r}.", code="tool_not_allowed")
     ttl = settings.AGENT_SESSION_DEFAULT_TTL_SECONDS if ttl_seconds is None else ttl_seconds
     if ttl <= 0:
         raise ApplicationError("The lifetime must be a positive number of seconds.", code="bad_ttl")
@@ -139,7 +137,9 @@ def agent_session_create(
         raise ApplicationError(
             f"{user} already has {live} live agent sessions, the most allowed ({limit}); "
             "revoke one or let it expire first.",
-            code="agent_session_limit", live_sessions=live, limit=limit,
+            code="agent_session_limit",
+            live_sessions=live,
+            limit=limit,
         )
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     session = AgentSession.objects.create(
@@ -221,8 +221,14 @@ def _agent_session_previews_supersede(session: AgentSession) -> list[Any]:
             execution = fetch_one(Execution, preview_id=preview.pk)
             if execution is None or execution.outcome != Outcome.PENDING:
                 continue  # its execution began: the provider may already have been asked; it finishes
-            execution_transition(execution, preview, Outcome.REFUSED_BEFORE_EFFECT, token=None,
-                                 code="agent_session_revoked", detail=AGENT_SESSION_REVOKED_REASON)
+            execution_transition(
+                execution,
+                preview,
+                Outcome.REFUSED_BEFORE_EFFECT,
+                token=None,
+                code="agent_session_revoked",
+                detail=AGENT_SESSION_REVOKED_REASON,
+            )
             superseded.append(preview.pk)
             continue
         _mark(preview, PreviewStatus.SUPERSEDED, code="agent_session_revoked", reason=AGENT_SESSION_REVOKED_REASON)
@@ -230,8 +236,11 @@ def _agent_session_previews_supersede(session: AgentSession) -> list[Any]:
             event=AuditEvent.SUPERSEDED,
             preview=preview,
             agent_session=session,
-            result={"code": "agent_session_revoked", "previous_status": previous,
-                    "reason": AGENT_SESSION_REVOKED_REASON},
+            result={
+                "code": "agent_session_revoked",
+                "previous_status": previous,
+                "reason": AGENT_SESSION_REVOKED_REASON,
+            },
         )
         superseded.append(preview.pk)
     return superseded
@@ -341,7 +350,9 @@ def preview_build(
     """The unsaved preview of an accepted proposal: its approvals (with the quorum), status, expiry and
     digest. `extra` carries fields of a particular origin (a counter-proposal's author)."""
     required, staff_needed = quorum.apply_quorum(
-        action=action_name, currency=proposal.currency, amount_minor=proposal.amount_minor,
+        action=action_name,
+        currency=proposal.currency,
+        amount_minor=proposal.amount_minor,
         required=proposal.required_approvals,
     )
     preview = Preview(
@@ -398,14 +409,27 @@ def proposal_submit(
     proposal_key = _proposal_key(action.name, actor.pk, proposal)
     # Spending limits (approvals.limits), under row locks held until this transaction commits. The same
     # pending proposal again is answered with its preview below, which is counted already.
-    over_limit = spend_limits_check(agent_session=agent_session, actor=actor, action=action,
-                                    amount_minor=proposal.amount_minor, currency=proposal.currency)
-    if over_limit is not None and not Preview.objects.filter(
-        proposal_key=proposal_key, status__in=OPEN_STATUSES
-    ).exists():
-        audit_record(event=AuditEvent.PROPOSAL_REFUSED, actor=actor, agent_session=agent_session, action=action.name,
-                     subject_type=proposal.subject_type, subject_id=proposal.subject_id, raw_arguments=raw_arguments,
-                     result={"error": over_limit.as_dict()})
+    over_limit = spend_limits_check(
+        agent_session=agent_session,
+        actor=actor,
+        action=action,
+        amount_minor=proposal.amount_minor,
+        currency=proposal.currency,
+    )
+    if (
+        over_limit is not None
+        and not Preview.objects.filter(proposal_key=proposal_key, status__in=OPEN_STATUSES).exists()
+    ):
+        audit_record(
+            event=AuditEvent.PROPOSAL_REFUSED,
+            actor=actor,
+            agent_session=agent_session,
+            action=action.name,
+            subject_type=proposal.subject_type,
+            subject_id=proposal.subject_id,
+            raw_arguments=raw_arguments,
+            result={"error": over_limit.as_dict()},
+        )
         metrics.proposal_refused(action.name, over_limit.code)
         return ProposalOutcome(kind="refused", refusal=over_limit)
 
@@ -474,8 +498,7 @@ def idempotent_call(
         record = fetch_one(IdempotencyRecord, agent_session_id=agent_session.pk, key=key)
     if record.request_fingerprint != fingerprint:
         raise IdempotencyConflict(
-            "This Idempotency-Key was already used with a different request body; "
-            "use a new key for a new request.",
+            "This Idempotency-Key was already used with a different request body; use a new key for a new request.",
         )
     status = 200 if record.response_status == 201 else record.response_status
     metrics.proposal_replayed(action, status)
@@ -559,21 +582,21 @@ def _enqueue_execution(preview: Preview) -> None:
     transaction.on_commit(lambda: _dispatch_execution(preview_id))
 
 
-def _approval_add(
-    preview: Preview, *, approver: AbstractBaseUser, role: str, basis: str, event: AuditEvent
-) -> None:
+def _approval_add(preview: Preview, *, approver: AbstractBaseUser, role: str, basis: str, event: AuditEvent) -> None:
     """Record `approver`'s approval of the preview as it is now (its digest and subject version), move
     its status on, audit it, and publish its execution once no approval is missing."""
-    insert_rows([
-        Approval(
-            preview=preview,
-            approver=approver,
-            role=role,
-            basis=basis,
-            digest=preview.digest,
-            subject_version=preview.subject_version,
-        )
-    ])
+    insert_rows(
+        [
+            Approval(
+                preview=preview,
+                approver=approver,
+                role=role,
+                basis=basis,
+                digest=preview.digest,
+                subject_version=preview.subject_version,
+            )
+        ]
+    )
     approved_roles = quorum.approved_roles(preview, role)
     previous = preview.status
     preview.status = _status_awaiting(preview.required_approvals, approved_roles)
@@ -583,8 +606,12 @@ def _approval_add(
         event=event,
         preview=preview,
         actor=approver,
-        approval_basis={"role": role, "digest": preview.digest, "basis": basis,
-                        "subject_version": preview.subject_version},
+        approval_basis={
+            "role": role,
+            "digest": preview.digest,
+            "basis": basis,
+            "subject_version": preview.subject_version,
+        },
         result={"status": preview.status, **_quorum_facts(preview, role)},
     )
     metrics.decision(preview, role=role, decision=event)
@@ -639,8 +666,7 @@ def preview_approve(
                 )
                 audit_record(event=AuditEvent.SUPERSEDED, preview=preview, actor=approver)
                 error = DecisionError(
-                    "This preview is out of date: what it is about changed since it was made. "
-                    "Ask for a new one.",
+                    "This preview is out of date: what it is about changed since it was made. Ask for a new one.",
                     code="superseded",
                 )
         if error is None:

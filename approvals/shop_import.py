@@ -56,8 +56,11 @@ def shop_data_validate(text: str) -> list[tuple[Any, list[dict[str, Any]]]]:
     if not isinstance(document, dict):
         raise ShopDataInvalid(["$: the file must hold a JSON object"])
     sections = registry.import_sections
-    problems = [f"$.{key}: unknown key (expected one of {', '.join(sorted(sections))})"
-                for key in document if key not in sections]
+    problems = [
+        f"$.{key}: unknown key (expected one of {', '.join(sorted(sections))})"
+        for key in document
+        if key not in sections
+    ]
     people = [p for key in ("customers", "staff") for p in document.get(key) or [] if isinstance(p, dict)]
     context = {
         "document": document,
@@ -66,7 +69,8 @@ def shop_data_validate(text: str) -> list[tuple[Any, list[dict[str, Any]]]]:
         # The groups each staff member in the file will have after the import.
         "staff_groups": {
             p.get("username"): [g for g in p.get("groups") or [] if isinstance(g, str)]
-            for p in document.get("staff") or [] if isinstance(p, dict)
+            for p in document.get("staff") or []
+            if isinstance(p, dict)
         },
     }
     validated: list[tuple[Any, list[dict[str, Any]]]] = []

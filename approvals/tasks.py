@@ -25,8 +25,8 @@ def execute_preview(self, preview_id: str, fencing_token: int | None = None, **k
     except TransientExecutionError as error:
         gives_up = self.request.retries >= self.max_retries
         # Exponential backoff with full jitter; the idempotency key makes each retry safe.
-        countdown = 0.0 if self.request.is_eager else random.uniform(
-            0, min(RETRY_BACKOFF_MAX_SECONDS, 2**self.request.retries)
+        countdown = (
+            0.0 if self.request.is_eager else random.uniform(0, min(RETRY_BACKOFF_MAX_SECONDS, 2**self.request.retries))
         )
         executions.execution_attempt_failed(
             preview_id=preview_id, error=error, will_retry=not gives_up, retry_in=countdown
@@ -39,9 +39,7 @@ def execute_preview(self, preview_id: str, fencing_token: int | None = None, **k
                 args=[preview_id], kwargs={"fencing_token": error.fencing_token}, retries=self.request.retries + 1
             )
             return
-        raise self.retry(
-            exc=error, countdown=countdown, kwargs={"fencing_token": error.fencing_token}
-        ) from error
+        raise self.retry(exc=error, countdown=countdown, kwargs={"fencing_token": error.fencing_token}) from error
 
 
 @shared_task(name="approvals.expire_previews")
@@ -81,8 +79,9 @@ def deliver_audit_checkpoint(self, url: str, checkpoint: dict, **kwargs) -> None
             reason = "http_4xx" if error.code < 500 else "http_5xx"
         else:
             reason = "timeout" if isinstance(getattr(error, "reason", error), TimeoutError) else "connection"
-        metrics.webhook_failed("audit_checkpoint", reason=reason, seconds=time.monotonic() - started,
-                               will_retry=will_retry)
+        metrics.webhook_failed(
+            "audit_checkpoint", reason=reason, seconds=time.monotonic() - started, will_retry=will_retry
+        )
         if not will_retry:
             logger.warning("Audit checkpoint %s not delivered to %s: %s", checkpoint.get("size"), url, error)
             return
@@ -93,8 +92,12 @@ def deliver_audit_checkpoint(self, url: str, checkpoint: dict, **kwargs) -> None
 @shared_task(name="approvals.notify_reviewers")
 def notify_reviewers(**kwargs) -> dict:  # type: ignore[no-untyped-def]
     report = notifications.notify_reviewers()
-    return {"emails": report.emails, "webhooks": report.webhooks, "skipped": report.skipped,
-            "failures": report.failures}
+    return {
+        "emails": report.emails,
+        "webhooks": report.webhooks,
+        "skipped": report.skipped,
+        "failures": report.failures,
+    }
 
 
 @shared_task(name="approvals.notify_counter_proposal")

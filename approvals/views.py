@@ -136,7 +136,10 @@ def preview_decline_view(request: HttpRequest, preview_id: Any) -> HttpResponse:
         request,
         preview_id,
         lambda data: preview_decline(
-            preview_id=preview_id, person=request.user, role=ApprovalRole.CUSTOMER, digest=data["digest"],
+            preview_id=preview_id,
+            person=request.user,
+            role=ApprovalRole.CUSTOMER,
+            digest=data["digest"],
             note=data.get("reason", ""),
         ),
         DeclineForm,
@@ -150,13 +153,15 @@ def preview_status(request: HttpRequest, preview_id: Any) -> JsonResponse:
     by itself (the page then reloads once to show the outcome)."""
     preview = preview_refresh(preview=_own_preview(request, preview_id))
     title, text = customer_state_words(preview)
-    response = JsonResponse({
-        "status": preview.status,
-        "state": preview_state_key(preview),
-        "title": title,
-        "text": text,
-        "waiting": _waiting(preview),
-    })
+    response = JsonResponse(
+        {
+            "status": preview.status,
+            "state": preview_state_key(preview),
+            "title": title,
+            "text": text,
+            "waiting": _waiting(preview),
+        }
+    )
     response["Cache-Control"] = "no-store"
     return response
 
@@ -170,9 +175,14 @@ def my_requests(request: HttpRequest) -> HttpResponse:
     rows = []
     for preview in page.object_list:
         title, text = customer_state_words(preview)
-        rows.append({
-            "preview": preview, "headline": preview_headline(preview), "title": title, "text": text,
-            "to_decide": preview.status == PreviewStatus.AWAITING_CUSTOMER and preview.expires_at > timezone.now(),
-            "deadline_words": deadline_words(preview) if preview.status in AWAITING_STATUSES else "",
-        })
+        rows.append(
+            {
+                "preview": preview,
+                "headline": preview_headline(preview),
+                "title": title,
+                "text": text,
+                "to_decide": preview.status == PreviewStatus.AWAITING_CUSTOMER and preview.expires_at > timezone.now(),
+                "deadline_words": deadline_words(preview) if preview.status in AWAITING_STATUSES else "",
+            }
+        )
     return render(request, "approvals/my_requests.html", {"page": page, "rows": rows, "nav": "requests"})

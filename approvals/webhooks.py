@@ -79,13 +79,13 @@ def webhook_url_check(url: str) -> str:
         raise ApplicationError("The webhook URL must be at most 2000 characters.", code="invalid_webhook_url")
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ApplicationError("The webhook URL must be an absolute http:// or https:// URL.",
-                               code="invalid_webhook_url")
+        raise ApplicationError(
+            "The webhook URL must be an absolute http:// or https:// URL.", code="invalid_webhook_url"
+        )
     if parts.username or parts.password:
         raise ApplicationError("The webhook URL must not carry credentials.", code="invalid_webhook_url")
     if not settings.AGENT_WEBHOOK_ALLOW_PRIVATE and _is_private(parts.hostname):
-        raise ApplicationError("The webhook URL points at a private or loopback address.",
-                               code="invalid_webhook_url")
+        raise ApplicationError("The webhook URL points at a private or loopback address.", code="invalid_webhook_url")
     return url
 
 
@@ -164,15 +164,23 @@ def webhook_attempt(delivery_id: int) -> float | None:
     if delivery is None or delivery.status != WebhookDeliveryStatus.PENDING:
         return None
     body = json.dumps(delivery.payload, separators=(",", ":"), ensure_ascii=False)
-    headers = {"content-type": "application/json", "user-agent": "approval-gateway-webhooks/1",
-               **sign(delivery.agent_session.webhook_secret, delivery.message_id, timezone.now(), body)}
+    headers = {
+        "content-type": "application/json",
+        "user-agent": "approval-gateway-webhooks/1",
+        **sign(delivery.agent_session.webhook_secret, delivery.message_id, timezone.now(), body),
+    }
     error, status_code = "", None
     try:
         host = urlsplit(delivery.url).hostname or ""
         if not settings.AGENT_WEBHOOK_ALLOW_PRIVATE and _is_private(host):
             raise ValueError(f"{host} resolves to a private or loopback address")
-        response = httpx.post(delivery.url, content=body.encode("utf-8"), headers=headers,
-                              timeout=settings.AGENT_WEBHOOK_TIMEOUT_SECONDS, follow_redirects=False)
+        response = httpx.post(
+            delivery.url,
+            content=body.encode("utf-8"),
+            headers=headers,
+            timeout=settings.AGENT_WEBHOOK_TIMEOUT_SECONDS,
+            follow_redirects=False,
+        )
         status_code = response.status_code
         if not 200 <= status_code < 300:
             error = f"HTTP {status_code}"
@@ -184,14 +192,18 @@ def webhook_attempt(delivery_id: int) -> float | None:
     retry_in = None
     if not error:
         delivery.status, delivery.delivered_at, delivery.next_attempt_at = (
-            WebhookDeliveryStatus.DELIVERED, timezone.now(), None)
+            WebhookDeliveryStatus.DELIVERED,
+            timezone.now(),
+            None,
+        )
     elif delivery.attempts >= settings.AGENT_WEBHOOK_MAX_ATTEMPTS:
         delivery.status, delivery.next_attempt_at = WebhookDeliveryStatus.FAILED, None
     else:
         retry_in = _backoff(delivery.attempts)
         delivery.next_attempt_at = timezone.now() + timedelta(seconds=retry_in)
-    delivery.save(update_fields=["attempts", "last_status_code", "last_error", "status", "delivered_at",
-                                 "next_attempt_at"])
+    delivery.save(
+        update_fields=["attempts", "last_status_code", "last_error", "status", "delivered_at", "next_attempt_at"]
+    )
     return retry_in
 
 
@@ -218,8 +230,9 @@ def resend_due_webhooks(**kwargs: Any) -> int:
 def webhook_deliveries_recent(limit: int = 50) -> list[WebhookDelivery]:
     """The latest deliveries of live agent sessions, newest first, for the console."""
     return list(
-        WebhookDelivery.objects.filter(agent_session__revoked_at__isnull=True,
-                                       agent_session__expires_at__gt=timezone.now())
+        WebhookDelivery.objects.filter(
+            agent_session__revoked_at__isnull=True, agent_session__expires_at__gt=timezone.now()
+        )
         .select_related("agent_session__user")
         .order_by("-created_at", "-pk")[:limit]
     )

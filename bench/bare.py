@@ -59,5 +59,7 @@ class BareToolCallView(APIView):
             order = cursor.fetchone()
             cursor.execute(INSERT_SQL, [session[0], str(data.get("name", ""))[:64], json.dumps(arguments)])
             row_id = cursor.fetchone()[0]
-        return Response({"ok": True, "executed": False, "status": "recorded", "id": row_id,
-                         "order_found": order is not None}, status=201)
+        return Response(
+            {"ok": True, "executed": False, "status": "recorded", "id": row_id, "order_found": order is not None},
+            status=201,
+        )

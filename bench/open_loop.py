@@ -88,8 +88,10 @@ async def run_open_loop(
         nonlocal opened
         call = make_call(index)
         head = "".join(f"{name}: {value}\r\n" for name, value in call.headers.items())
-        request = (f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
-                   f"Content-Length: {len(call.body)}\r\n{head}\r\n").encode() + call.body
+        request = (
+            f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(call.body)}\r\n{head}\r\n"
+        ).encode() + call.body
         scheduled = start + index / rate
         delay = scheduled - loop.time()
         if delay > 0:

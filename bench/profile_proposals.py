@@ -64,12 +64,19 @@ def main() -> int:
     from .run import Database
 
     database = Database(os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/postgres")
-    os.environ.update({
-        "DJANGO_SETTINGS_MODULE": "bench.settings", "DATABASE_URL": database.url, "DEBUG": "false",
-        "SECRET_KEY": secrets.token_urlsafe(50), "ALLOWED_HOSTS": "127.0.0.1,localhost,testserver",
-        "CELERY_TASK_ALWAYS_EAGER": "false", "PAYMENT_GATEWAY": "local", "LOG_LEVEL": "WARNING",
-        "BENCH_RUN_ID": f"bench-prof-{secrets.token_hex(3)}",
-    })
+    os.environ.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "bench.settings",
+            "DATABASE_URL": database.url,
+            "DEBUG": "false",
+            "SECRET_KEY": secrets.token_urlsafe(50),
+            "ALLOWED_HOSTS": "127.0.0.1,localhost,testserver",
+            "CELERY_TASK_ALWAYS_EAGER": "false",
+            "PAYMENT_GATEWAY": "local",
+            "LOG_LEVEL": "WARNING",
+            "BENCH_RUN_ID": f"bench-prof-{secrets.token_hex(3)}",
+        }
+    )
     database.create()
     try:
         import django
@@ -95,8 +102,11 @@ def main() -> int:
         def call(keyed: bool) -> int:
             token, delivered = rng.choice(sessions)
             number, remaining, _late = rng.choice(delivered)
-            arguments = {"order_id": number, "amount_minor": rng.randint(1, max(1, int(remaining))),
-                         "reason": "damaged"}
+            arguments = {
+                "order_id": number,
+                "amount_minor": rng.randint(1, max(1, int(remaining))),
+                "reason": "damaged",
+            }
             body = json.dumps({"name": "refund_order", "arguments": json.dumps(arguments)}).encode()
             key = f"k-{secrets.token_hex(8)}" if keyed else None
             environ = _environ(token, body, key)
@@ -142,8 +152,10 @@ def main() -> int:
                 spent = (time.process_time() - started) / args.calls, (postgres_cpu() - started_pg) / args.calls
                 best[keyed] = min(best.get(keyed, spent), spent)
         for keyed, (spent, spent_pg) in best.items():
-            print(f"{'keyed' if keyed else 'unkeyed'}: {spent * 1000:.2f} ms CPU per call, "
-                  f"PostgreSQL {spent_pg * 1000:.2f} ms (best of {args.rounds} rounds of {args.calls})")
+            print(
+                f"{'keyed' if keyed else 'unkeyed'}: {spent * 1000:.2f} ms CPU per call, "
+                f"PostgreSQL {spent_pg * 1000:.2f} ms (best of {args.rounds} rounds of {args.calls})"
+            )
         print(f"answers: {codes}")
         if profiler:
             stats = pstats.Stats(profiler)

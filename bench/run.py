@@ -73,10 +73,30 @@ class Profile:
 
 
 PROFILES = {
-    "full": Profile("full", customers=5000, orders_per_customer=4, warmup_s=3, duration_s=20, slices=4,
-                    commit_batch=5000, latency_samples=300, floor_transactions=20000, console_repeats=30),
-    "quick": Profile("quick", customers=2000, orders_per_customer=3, warmup_s=1, duration_s=6, slices=2,
-                     commit_batch=1000, latency_samples=60, floor_transactions=4000, console_repeats=10),
+    "full": Profile(
+        "full",
+        customers=5000,
+        orders_per_customer=4,
+        warmup_s=3,
+        duration_s=20,
+        slices=4,
+        commit_batch=5000,
+        latency_samples=300,
+        floor_transactions=20000,
+        console_repeats=30,
+    ),
+    "quick": Profile(
+        "quick",
+        customers=2000,
+        orders_per_customer=3,
+        warmup_s=1,
+        duration_s=6,
+        slices=2,
+        commit_batch=1000,
+        latency_samples=60,
+        floor_transactions=4000,
+        console_repeats=10,
+    ),
 }
 
 
@@ -112,8 +132,12 @@ class Database:
 
         parts = self.server
         return psycopg.connect(
-            host=parts.hostname or "127.0.0.1", port=parts.port or 5432, user=parts.username or "postgres",
-            password=parts.password or None, dbname="postgres", autocommit=True,
+            host=parts.hostname or "127.0.0.1",
+            port=parts.port or 5432,
+            user=parts.username or "postgres",
+            password=parts.password or None,
+            dbname="postgres",
+            autocommit=True,
         )
 
     def create(self) -> None:
@@ -126,8 +150,15 @@ class Database:
 
     def pgbench_args(self) -> list[str]:
         parts = self.server
-        return ["-h", parts.hostname or "127.0.0.1", "-p", str(parts.port or 5432),
-                "-U", parts.username or "postgres", self.name]
+        return [
+            "-h",
+            parts.hostname or "127.0.0.1",
+            "-p",
+            str(parts.port or 5432),
+            "-U",
+            parts.username or "postgres",
+            self.name,
+        ]
 
     def pgbench_env(self) -> dict[str, str]:
         return {**os.environ, **({"PGPASSWORD": self.server.password} if self.server.password else {})}
@@ -144,8 +175,14 @@ class Processes:
 
     def start(self, name: str, argv: list[str], extra_env: dict[str, str] | None = None) -> subprocess.Popen:
         out = (self.logs / f"{name}.log").open("w")
-        process = subprocess.Popen(argv, cwd=ROOT, env={**self.env, **(extra_env or {})}, stdout=out,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env={**self.env, **(extra_env or {})},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.started.append((name, process))
         return process
 
@@ -173,8 +210,12 @@ def wait_for_bare(url: str, token: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     body = json.dumps({"name": "refund_order", "arguments": {"order_id": "none", "amount_minor": 1}}).encode()
     while True:
-        request = urllib.request.Request(url, data=body, method="POST", headers={
-            "Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+        request = urllib.request.Request(
+            url,
+            data=body,
+            method="POST",
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        )
         try:
             with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310 - the local server
                 if response.status == 201:
@@ -208,13 +249,22 @@ def wait_for_http(url: str, token: str, timeout: float = 60) -> None:
 # 1. Proposals --------------------------------------------------------------------------------------
 
 
-def run_wrk(*, url: str, connections: int, seconds: int, sessions_file: Path, key_prefix: str,
-            expect: str) -> dict[str, Any]:
+def run_wrk(
+    *, url: str, connections: int, seconds: int, sessions_file: Path, key_prefix: str, expect: str
+) -> dict[str, Any]:
     threads = 1 if connections == 1 else 2
-    argv = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--timeout", "10s",
-            "-s", str(BENCH / "proposals.lua"), url]
-    env = {**os.environ, "BENCH_SESSIONS": str(sessions_file), "BENCH_KEY_PREFIX": key_prefix,
-           "BENCH_EXPECT": expect}
+    argv = [
+        "wrk",
+        f"-t{threads}",
+        f"-c{connections}",
+        f"-d{seconds}s",
+        "--timeout",
+        "10s",
+        "-s",
+        str(BENCH / "proposals.lua"),
+        url,
+    ]
+    env = {**os.environ, "BENCH_SESSIONS": str(sessions_file), "BENCH_KEY_PREFIX": key_prefix, "BENCH_EXPECT": expect}
     completed = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=seconds + 60)
     line = next((x for x in completed.stdout.splitlines() if x.startswith("BENCH_JSON ")), None)
     if completed.returncode != 0 or line is None:
@@ -280,19 +330,32 @@ def measure_proposals(profile: Profile, base_urls: dict[str, str], shop: Any, ru
         for index in range(profile.slices):
             for kind, path, expect in KINDS:
                 base_url = base_urls[kind]
-                run_wrk(url=base_url + path, connections=connections, seconds=profile.warmup_s,
-                        sessions_file=shop.sessions_file, key_prefix=f"{run_id}-{kind}-c{connections}-{index}-warm",
-                        expect=expect)
-                runs[kind].append(run_wrk(
-                    url=base_url + path, connections=connections, seconds=slice_s, sessions_file=shop.sessions_file,
-                    key_prefix=f"{run_id}-{kind}-c{connections}-{index}", expect=expect,
-                ))
+                run_wrk(
+                    url=base_url + path,
+                    connections=connections,
+                    seconds=profile.warmup_s,
+                    sessions_file=shop.sessions_file,
+                    key_prefix=f"{run_id}-{kind}-c{connections}-{index}-warm",
+                    expect=expect,
+                )
+                runs[kind].append(
+                    run_wrk(
+                        url=base_url + path,
+                        connections=connections,
+                        seconds=slice_s,
+                        sessions_file=shop.sessions_file,
+                        key_prefix=f"{run_id}-{kind}-c{connections}-{index}",
+                        expect=expect,
+                    )
+                )
         for kind, _path, _expect in KINDS:
             result = results[kind][str(connections)] = merge_wrk_runs(runs[kind], connections)
             lat = result["latency_ms"]
-            log(f"  {kind:8} c={connections:<3} {result['rps']:8.1f} req/s  p50 {lat['p50']:7.2f} ms  "
+            log(
+                f"  {kind:8} c={connections:<3} {result['rps']:8.1f} req/s  p50 {lat['p50']:7.2f} ms  "
                 f"p95 {lat['p95']:7.2f}  p99 {lat['p99']:7.2f}  statuses {result['statuses']}  "
-                f"non-contract {result['non_contract']}")
+                f"non-contract {result['non_contract']}"
+            )
     return results
 
 
@@ -412,13 +475,17 @@ def measure_commit_floor(profile: Profile, database: Database, clients: int) -> 
     with connection.cursor() as cursor:
         cursor.execute("SELECT id FROM auth_user WHERE username LIKE 'bench-c%%' ORDER BY id LIMIT 1")
         customer = cursor.fetchone()[0]
-        cursor.execute("""
+        cursor.execute(
+            """
             INSERT INTO refunds_order (number, customer_id, currency, total_minor, refunded_minor, status,
                                        placed_at, delivered_at, payment_ref, version, created_at, updated_at)
             SELECT 'PF-' || g, %s, 'EUR', 100000, 0, 'delivered', current_date - 20, current_date - 10,
                    'pi_pf_' || g, 1, now(), now()
-            FROM generate_series(1, %s) g""", [customer, count])
-        cursor.execute("""
+            FROM generate_series(1, %s) g""",
+            [customer, count],
+        )
+        cursor.execute(
+            """
             INSERT INTO approvals_preview (id, action, actor_id, subject_type, subject_id, subject_version, payload,
                 amount_minor, currency, proposal_key, digest, required_approvals, status, created_at, expires_at,
                 status_changed_at, failure_code, failure_reason, staff_approvals_needed)
@@ -427,7 +494,9 @@ def measure_commit_floor(profile: Profile, database: Database, clients: int) -> 
                                       'reason', 'damaged'),
                    500, 'EUR', md5('pf-key-' || g) || md5('pf-key2-' || g), md5('pf-' || g) || md5('pf2-' || g),
                    '["customer"]', 'approved', now(), now() + interval '2 hours', now(), '', '', 1
-            FROM generate_series(1, %s) g""", [customer, count])
+            FROM generate_series(1, %s) g""",
+            [customer, count],
+        )
         cursor.execute("""
             CREATE TABLE bench_commit_floor AS
             SELECT row_number() OVER (ORDER BY o.id) AS n, p.id AS preview_id, o.id AS order_id
@@ -436,10 +505,20 @@ def measure_commit_floor(profile: Profile, database: Database, clients: int) -> 
         cursor.execute("ALTER TABLE bench_commit_floor ADD PRIMARY KEY (n)")
         cursor.execute("CREATE SEQUENCE bench_commit_floor_seq")
         cursor.execute("ANALYZE")
-    argv = ["pgbench", "-n", "-c", str(clients), "-j", str(clients), "-t", str(count // clients),
-            "-f", str(BENCH / "commit_floor.sql"), *database.pgbench_args()]
-    completed = subprocess.run(argv, cwd=ROOT, env=database.pgbench_env(), capture_output=True, text=True,
-                               timeout=600)
+    argv = [
+        "pgbench",
+        "-n",
+        "-c",
+        str(clients),
+        "-j",
+        str(clients),
+        "-t",
+        str(count // clients),
+        "-f",
+        str(BENCH / "commit_floor.sql"),
+        *database.pgbench_args(),
+    ]
+    completed = subprocess.run(argv, cwd=ROOT, env=database.pgbench_env(), capture_output=True, text=True, timeout=600)
     match = re.search(r"tps = ([\d.]+) \(without initial connection time\)", completed.stdout)
     failed = re.search(r"number of failed transactions: (\d+)", completed.stdout)
     latency = re.search(r"latency average = ([\d.]+) ms", completed.stdout)
@@ -463,10 +542,17 @@ def measure_open_loop(profile: Profile, base_url: str, shop: Any, run_id: str, c
 
     rate = max(1.0, round(capacity_rps / 2, 1))
     calls = proposal_calls(shop.sessions_file, key_prefix=f"{run_id}-open")
-    asyncio.run(run_open_loop(url=base_url + PIPELINE_PATH, rate=rate, seconds=profile.warmup_s,
-                              make_call=proposal_calls(shop.sessions_file, key_prefix=f"{run_id}-open-warm")))
-    result = asyncio.run(run_open_loop(url=base_url + PIPELINE_PATH, rate=rate, seconds=profile.duration_s,
-                                       make_call=calls))
+    asyncio.run(
+        run_open_loop(
+            url=base_url + PIPELINE_PATH,
+            rate=rate,
+            seconds=profile.warmup_s,
+            make_call=proposal_calls(shop.sessions_file, key_prefix=f"{run_id}-open-warm"),
+        )
+    )
+    result = asyncio.run(
+        run_open_loop(url=base_url + PIPELINE_PATH, rate=rate, seconds=profile.duration_s, make_call=calls)
+    )
     result["capacity_rps"] = capacity_rps
     result["non_contract"] = sum(n for code, n in result["statuses"].items() if code not in ("200", "201", "422"))
     return result
@@ -519,10 +605,15 @@ def verify_audit_log(timeout: float = 60) -> dict[str, Any]:
         time.sleep(0.2)
     start = time.monotonic()
     summary = audit_verify(public_key=public_key())
-    return {"records": AuditRecord.objects.count(), "sealed": summary.leaves, "heads": summary.heads,
-            "unsealed": summary.unsealed, "intact": summary.problem is None,
-            "problem": summary.problem.message if summary.problem else None,
-            "seconds": round(time.monotonic() - start, 1)}
+    return {
+        "records": AuditRecord.objects.count(),
+        "sealed": summary.leaves,
+        "heads": summary.heads,
+        "unsealed": summary.unsealed,
+        "intact": summary.problem is None,
+        "problem": summary.problem.message if summary.problem else None,
+        "seconds": round(time.monotonic() - start, 1),
+    }
 
 
 # 3. The console -----------------------------------------------------------------------------------
@@ -592,70 +683,135 @@ def report_rows(result: dict[str, Any]) -> list[dict[str, str]]:
             bare_ratio = pipe["rps"] / bare["rps"] if bare["rps"] else 0
             lat = pipe["latency_ms"]
             target = c == TARGET_CONNECTIONS
-            rows.append({
-                "figure": f"Proposals, {c} connection{'s' if c > 1 else ''}: req/s (closed loop)",
-                "value": f"{pipe['rps']:.0f}", "floor": f"{floor['rps']:.0f} (project floor)", "ratio": f"{ratio:.0%}",
-                "target": "≥ 55 %" if target else "", "met": _met(ratio >= 0.55) if target else "",
-            })
-            rows.append({
-                "figure": f"Proposals, {c} connection{'s' if c > 1 else ''}: req/s against the bare floor",
-                "value": f"{pipe['rps']:.0f}", "floor": f"{bare['rps']:.0f} (bare floor)", "ratio": f"{bare_ratio:.0%}",
-                "target": "≥ 25 %" if target else "", "met": _met(bare_ratio >= 0.25) if target else "",
-            })
-            rows.append({
-                "figure": f"Proposals, {c} conn.: closed-loop latency p50 / p95 / p99 (ms)",
-                "value": f"{lat['p50']:.1f} / {lat['p95']:.1f} / {lat['p99']:.1f}",
-                "floor": f"{floor['latency_ms']['p50']:.1f} / {floor['latency_ms']['p95']:.1f} / "
-                         f"{floor['latency_ms']['p99']:.1f}",
-                "ratio": "", "target": "", "met": "",
-            })
+            rows.append(
+                {
+                    "figure": f"Proposals, {c} connection{'s' if c > 1 else ''}: req/s (closed loop)",
+                    "value": f"{pipe['rps']:.0f}",
+                    "floor": f"{floor['rps']:.0f} (project floor)",
+                    "ratio": f"{ratio:.0%}",
+                    "target": "≥ 55 %" if target else "",
+                    "met": _met(ratio >= 0.55) if target else "",
+                }
+            )
+            rows.append(
+                {
+                    "figure": f"Proposals, {c} connection{'s' if c > 1 else ''}: req/s against the bare floor",
+                    "value": f"{pipe['rps']:.0f}",
+                    "floor": f"{bare['rps']:.0f} (bare floor)",
+                    "ratio": f"{bare_ratio:.0%}",
+                    "target": "≥ 25 %" if target else "",
+                    "met": _met(bare_ratio >= 0.25) if target else "",
+                }
+            )
+            rows.append(
+                {
+                    "figure": f"Proposals, {c} conn.: closed-loop latency p50 / p95 / p99 (ms)",
+                    "value": f"{lat['p50']:.1f} / {lat['p95']:.1f} / {lat['p99']:.1f}",
+                    "floor": f"{floor['latency_ms']['p50']:.1f} / {floor['latency_ms']['p95']:.1f} / "
+                    f"{floor['latency_ms']['p99']:.1f}",
+                    "ratio": "",
+                    "target": "",
+                    "met": "",
+                }
+            )
         bad = sum(proposals["pipeline"][str(c)]["non_contract"] for c in CONNECTIONS)
         total = sum(proposals["pipeline"][str(c)]["requests"] for c in CONNECTIONS)
-        rows.append({"figure": f"Non-contract responses (of {total} proposals)", "value": str(bad), "floor": "",
-                     "ratio": "", "target": "0", "met": _met(bad == 0)})
+        rows.append(
+            {
+                "figure": f"Non-contract responses (of {total} proposals)",
+                "value": str(bad),
+                "floor": "",
+                "ratio": "",
+                "target": "0",
+                "met": _met(bad == 0),
+            }
+        )
     open_loop = result.get("open_loop")
     if open_loop:
         lat = open_loop["latency_ms"]
-        rows.append({
-            "figure": f"Proposals, open loop at {open_loop['rate']:.0f}/s (half of {open_loop['capacity_rps']:.0f}): "
-                      "latency from scheduled send p50 / p95 / p99 (ms)",
-            "value": f"{lat['p50']:.1f} / {lat['p95']:.1f} / {lat['p99']:.1f}",
-            "floor": f"send lag p99 {open_loop['send_lag_ms'].get('p99', 0):.1f}", "ratio": "",
-            "target": "p99 < 50", "met": _met(lat["p99"] < 50 and not open_loop["non_contract"]),
-        })
+        rows.append(
+            {
+                "figure": f"Proposals, open loop at {open_loop['rate']:.0f}/s (half of {open_loop['capacity_rps']:.0f}): "
+                "latency from scheduled send p50 / p95 / p99 (ms)",
+                "value": f"{lat['p50']:.1f} / {lat['p95']:.1f} / {lat['p99']:.1f}",
+                "floor": f"send lag p99 {open_loop['send_lag_ms'].get('p99', 0):.1f}",
+                "ratio": "",
+                "target": "p99 < 50",
+                "met": _met(lat["p99"] < 50 and not open_loop["non_contract"]),
+            }
+        )
     commit = result.get("commit")
     if commit:
         pipe, floor = commit["throughput"], commit["floor"]
         ratio = pipe["executions_per_s"] / floor["tps"] if floor["tps"] else 0
-        rows.append({"figure": f"Commit pipeline: executions/s (2 workers, {pipe['executed']} previews)",
-                     "value": f"{pipe['executions_per_s']:.0f}", "floor": f"{floor['tps']:.0f} (pgbench, 2 clients)",
-                     "ratio": f"{ratio:.0%}", "target": "≥ 30 %", "met": _met(ratio >= 0.3)})
+        rows.append(
+            {
+                "figure": f"Commit pipeline: executions/s (2 workers, {pipe['executed']} previews)",
+                "value": f"{pipe['executions_per_s']:.0f}",
+                "floor": f"{floor['tps']:.0f} (pgbench, 2 clients)",
+                "ratio": f"{ratio:.0%}",
+                "target": "≥ 30 %",
+                "met": _met(ratio >= 0.3),
+            }
+        )
         lat = commit["latency"]
-        rows.append({"figure": f"Confirm → executed, idle workers: p50 / p95 (ms, {lat['samples']} samples)",
-                     "value": f"{lat['p50_ms']:.0f} / {lat['p95_ms']:.0f}", "floor": "", "ratio": "",
-                     "target": "p95 < 1000", "met": _met(lat["p95_ms"] < 1000 and not lat["not_executed"])})
+        rows.append(
+            {
+                "figure": f"Confirm → executed, idle workers: p50 / p95 (ms, {lat['samples']} samples)",
+                "value": f"{lat['p50_ms']:.0f} / {lat['p95_ms']:.0f}",
+                "floor": "",
+                "ratio": "",
+                "target": "p95 < 1000",
+                "met": _met(lat["p95_ms"] < 1000 and not lat["not_executed"]),
+            }
+        )
     audit = result.get("audit")
     if audit:
         lag, log_check = audit["seal_lag"], audit["verify"]
-        rows.append({"figure": f"Audit seal lag over the run: p50 / p95 / max (ms, {lag['records']} records)",
-                     "value": f"{lag['p50_ms']} / {lag['p95_ms']} / {lag['max_ms']}", "floor": "", "ratio": "",
-                     "target": "p95 < 2000", "met": _met(lag["p95_ms"] is not None and lag["p95_ms"] < 2000)})
-        rows.append({"figure": "Audit log after the run (verify_audit)",
-                     "value": f"{log_check['sealed']} of {log_check['records']} records sealed, "
-                              f"{log_check['heads']} heads, {'intact' if log_check['intact'] else 'BROKEN'}",
-                     "floor": "", "ratio": "", "target": "intact, all sealed",
-                     "met": _met(log_check["intact"] and log_check["sealed"] == log_check["records"])})
+        rows.append(
+            {
+                "figure": f"Audit seal lag over the run: p50 / p95 / max (ms, {lag['records']} records)",
+                "value": f"{lag['p50_ms']} / {lag['p95_ms']} / {lag['max_ms']}",
+                "floor": "",
+                "ratio": "",
+                "target": "p95 < 2000",
+                "met": _met(lag["p95_ms"] is not None and lag["p95_ms"] < 2000),
+            }
+        )
+        rows.append(
+            {
+                "figure": "Audit log after the run (verify_audit)",
+                "value": f"{log_check['sealed']} of {log_check['records']} records sealed, "
+                f"{log_check['heads']} heads, {'intact' if log_check['intact'] else 'BROKEN'}",
+                "floor": "",
+                "ratio": "",
+                "target": "intact, all sealed",
+                "met": _met(log_check["intact"] and log_check["sealed"] == log_check["records"]),
+            }
+        )
     console = result.get("console")
     if console:
         small, full = console["waiting_10"], console[f"waiting_{CONSOLE_WAITING}"]
-        rows.append({"figure": f"Console queue, {CONSOLE_WAITING:,} waiting: first page p50 / p95 (ms)",
-                     "value": f"{full['p50_ms']:.1f} / {full['p95_ms']:.1f}",
-                     "floor": f"{small['p50_ms']:.1f} / {small['p95_ms']:.1f} (10 waiting)",
-                     "ratio": f"{full['p50_ms'] / small['p50_ms']:.2f}×" if small["p50_ms"] else "",
-                     "target": "< 100", "met": _met(full["p95_ms"] < 100)})
-        rows.append({"figure": f"Console queue, {CONSOLE_WAITING:,} waiting: queries",
-                     "value": str(full["queries"]), "floor": f"{small['queries']} (10 waiting)", "ratio": "",
-                     "target": "constant", "met": _met(full["queries"] == small["queries"])})
+        rows.append(
+            {
+                "figure": f"Console queue, {CONSOLE_WAITING:,} waiting: first page p50 / p95 (ms)",
+                "value": f"{full['p50_ms']:.1f} / {full['p95_ms']:.1f}",
+                "floor": f"{small['p50_ms']:.1f} / {small['p95_ms']:.1f} (10 waiting)",
+                "ratio": f"{full['p50_ms'] / small['p50_ms']:.2f}×" if small["p50_ms"] else "",
+                "target": "< 100",
+                "met": _met(full["p95_ms"] < 100),
+            }
+        )
+        rows.append(
+            {
+                "figure": f"Console queue, {CONSOLE_WAITING:,} waiting: queries",
+                "value": str(full["queries"]),
+                "floor": f"{small['queries']} (10 waiting)",
+                "ratio": "",
+                "target": "constant",
+                "met": _met(full["queries"] == small["queries"]),
+            }
+        )
     return rows
 
 
@@ -765,8 +921,9 @@ def _forget_queue(redis_url: str, run_id: str) -> None:
         log(f"could not clean Redis: {error}")
 
 
-def _run(profile: Profile, phases: set[str], database: Database, processes: Processes, workdir: Path, port: int,
-         run_id: str) -> dict[str, Any]:
+def _run(
+    profile: Profile, phases: set[str], database: Database, processes: Processes, workdir: Path, port: int, run_id: str
+) -> dict[str, Any]:
     import django
 
     django.setup()
@@ -785,26 +942,50 @@ def _run(profile: Profile, phases: set[str], database: Database, processes: Proc
         result["synchronous_commit"] = cursor.fetchone()[0]
     log(f"loading the synthetic shop ({profile.customers} customers × {profile.orders_per_customer} orders)")
     t0 = time.monotonic()
-    shop = load_shop(customers=profile.customers, orders_per_customer=profile.orders_per_customer,
-                     sessions_file=workdir / "sessions.tsv")
+    shop = load_shop(
+        customers=profile.customers,
+        orders_per_customer=profile.orders_per_customer,
+        sessions_file=workdir / "sessions.tsv",
+    )
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
-    result["shop"] = {"customers": shop.customers, "orders": shop.orders, "agent_sessions": shop.sessions,
-                      "currencies": shop.currencies, "load_seconds": round(time.monotonic() - t0, 1)}
+    result["shop"] = {
+        "customers": shop.customers,
+        "orders": shop.orders,
+        "agent_sessions": shop.sessions,
+        "currencies": shop.currencies,
+        "load_seconds": round(time.monotonic() - t0, 1),
+    }
     log(f"  {result['shop']}")
 
     python = str(VENV_BIN / "python")
     processes.start("gunicorn", [python, "-m", "gunicorn", "-c", "config/gunicorn.conf.py", "config.wsgi:application"])
     bare_port = free_port()
     processes.start(
-        "gunicorn-bare", [python, "-m", "gunicorn", "-c", "config/gunicorn.conf.py", "config.wsgi:application"],
+        "gunicorn-bare",
+        [python, "-m", "gunicorn", "-c", "config/gunicorn.conf.py", "config.wsgi:application"],
         extra_env={"DJANGO_SETTINGS_MODULE": "bench.bare_settings", "GUNICORN_BIND": f"127.0.0.1:{bare_port}"},
     )
     processes.start("sealer", [python, "manage.py", "seal_audit", "--loop"])
     for i in (1, 2):
-        processes.start(f"worker{i}", [python, "-m", "celery", "-A", "config", "worker", "--concurrency=1",
-                                       "--without-gossip", "--without-mingle", "--without-heartbeat",
-                                       "--loglevel=WARNING", "-n", f"{run_id}-w{i}@%h"])
+        processes.start(
+            f"worker{i}",
+            [
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "config",
+                "worker",
+                "--concurrency=1",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+                "--loglevel=WARNING",
+                "-n",
+                f"{run_id}-w{i}@%h",
+            ],
+        )
     base_url = f"http://127.0.0.1:{port}"
     bare_url = f"http://127.0.0.1:{bare_port}"
     wait_for_http(base_url + "/api/agent/tools", shop.sample_token)
@@ -819,14 +1000,18 @@ def _run(profile: Profile, phases: set[str], database: Database, processes: Proc
     log(f"gunicorn on {base_url} ({result['server']['gunicorn']}), two Celery workers ready")
 
     if "proposals" in phases:
-        log(f"proposals: {profile.duration_s} s of each kind in {profile.slices} alternating slices, "
-            f"each after {profile.warmup_s} s of warm-up")
+        log(
+            f"proposals: {profile.duration_s} s of each kind in {profile.slices} alternating slices, "
+            f"each after {profile.warmup_s} s of warm-up"
+        )
         urls = {"pipeline": base_url, "floor": base_url, "bare": bare_url}
         result["proposals"] = measure_proposals(profile, urls, shop, run_id)
         processes.check_alive()
         capacity = result["proposals"]["pipeline"][str(TARGET_CONNECTIONS)]["rps"]
-        log(f"open loop: proposals at half the capacity measured at {TARGET_CONNECTIONS} connections "
-            f"({capacity} req/s), {profile.duration_s} s")
+        log(
+            f"open loop: proposals at half the capacity measured at {TARGET_CONNECTIONS} connections "
+            f"({capacity} req/s), {profile.duration_s} s"
+        )
         result["open_loop"] = measure_open_loop(profile, base_url, shop, run_id, capacity)
         log(f"  {result['open_loop']}")
         processes.check_alive()
@@ -867,11 +1052,17 @@ def _server_description() -> dict[str, Any]:
     database = settings.DATABASES["default"]
     return {
         "gunicorn": {"workers": conf.workers, "worker_class": conf.worker_class, "threads": conf.threads},
-        "celery": {"workers": 2, "concurrency": 1, "prefetch_multiplier": settings.CELERY_WORKER_PREFETCH_MULTIPLIER,
-                   "acks_late": settings.CELERY_TASK_ACKS_LATE,
-                   "db_reuse_max": getattr(settings, "CELERY_DB_REUSE_MAX", None)},
-        "database": {"conn_max_age": database.get("CONN_MAX_AGE"),
-                     "conn_health_checks": database.get("CONN_HEALTH_CHECKS")},
+        "celery": {
+            "workers": 2,
+            "concurrency": 1,
+            "prefetch_multiplier": settings.CELERY_WORKER_PREFETCH_MULTIPLIER,
+            "acks_late": settings.CELERY_TASK_ACKS_LATE,
+            "db_reuse_max": getattr(settings, "CELERY_DB_REUSE_MAX", None),
+        },
+        "database": {
+            "conn_max_age": database.get("CONN_MAX_AGE"),
+            "conn_health_checks": database.get("CONN_HEALTH_CHECKS"),
+        },
         "throttle": settings.AGENT_THROTTLE_RATE,
     }
 

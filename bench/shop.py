@@ -72,8 +72,10 @@ def load_shop(*, customers: int, orders_per_customer: int, sessions_file: Path, 
     User = get_user_model()
     password = make_password("bench-customer-pass")  # hashed once; every customer gets the same hash
     users = User.objects.bulk_create(
-        [User(username=f"bench-c{i:05d}", email=f"c{i:05d}@bench.example.test", password=password)
-         for i in range(customers)],
+        [
+            User(username=f"bench-c{i:05d}", email=f"c{i:05d}@bench.example.test", password=password)
+            for i in range(customers)
+        ],
         batch_size=BATCH,
     )
     today = date.today()
@@ -93,10 +95,19 @@ def load_shop(*, customers: int, orders_per_customer: int, sessions_file: Path, 
             delivered = placed + timedelta(days=rng.randint(1, 14)) if status == OrderStatus.DELIVERED else None
             refunded = rng.choice([0, 0, 0, total // 4, total // 2]) if status == OrderStatus.DELIVERED else 0
             number = f"B{len(orders):07d}"
-            orders.append(Order(
-                number=number, customer=user, currency=currency, total_minor=total, refunded_minor=refunded,
-                status=status, placed_at=placed, delivered_at=delivered, payment_ref=f"pi_{number.lower()}",
-            ))
+            orders.append(
+                Order(
+                    number=number,
+                    customer=user,
+                    currency=currency,
+                    total_minor=total,
+                    refunded_minor=refunded,
+                    status=status,
+                    placed_at=placed,
+                    delivered_at=delivered,
+                    payment_ref=f"pi_{number.lower()}",
+                )
+            )
             if status == OrderStatus.DELIVERED:
                 entry.delivered.append((number, total - refunded, (delivered - placed).days > 7))
             else:
@@ -106,9 +117,17 @@ def load_shop(*, customers: int, orders_per_customer: int, sessions_file: Path, 
 
     expires = timezone.now() + timedelta(days=1)
     AgentSession.objects.bulk_create(
-        [AgentSession(token_hash=agent_token_hash(entry.token), token_prefix=entry.token[:12], user=user,
-                      tools=["refund_order"], label="bench", expires_at=expires)
-         for user, entry in zip(users, per_customer, strict=True)],
+        [
+            AgentSession(
+                token_hash=agent_token_hash(entry.token),
+                token_prefix=entry.token[:12],
+                user=user,
+                tools=["refund_order"],
+                label="bench",
+                expires_at=expires,
+            )
+            for user, entry in zip(users, per_customer, strict=True)
+        ],
         batch_size=BATCH,
     )
     with sessions_file.open("w") as out:
@@ -117,16 +136,24 @@ def load_shop(*, customers: int, orders_per_customer: int, sessions_file: Path, 
             delivered = ",".join(f"{n}:{remaining}:{int(late)}" for n, remaining, late in entry.delivered)
             out.write(f"{entry.token}\t{delivered}\t{','.join(entry.closed)}\t{foreign}\n")
     return Shop(
-        customers=len(users), orders=len(orders), sessions=len(users), currencies=currency_counts,
-        sessions_file=sessions_file, sample_token=per_customer[0].token,
+        customers=len(users),
+        orders=len(orders),
+        sessions=len(users),
+        currencies=currency_counts,
+        sessions_file=sessions_file,
+        sample_token=per_customer[0].token,
     )
 
 
 def reviewer() -> Any:
     """A staff member in `Refund reviewers` (the group comes from a data migration)."""
     User = get_user_model()
-    person = User.objects.create(username="bench-reviewer", email="reviewer@bench.example.test", is_staff=True,
-                                 password=make_password("bench-reviewer-pass"))
+    person = User.objects.create(
+        username="bench-reviewer",
+        email="reviewer@bench.example.test",
+        is_staff=True,
+        password=make_password("bench-reviewer-pass"),
+    )
     person.groups.add(Group.objects.get(name="Refund reviewers"))
     return person
 
@@ -147,10 +174,19 @@ def previews_for(
     sessions = {s.user_id: s for s in AgentSession.objects.filter(user__in=customers, label="bench")}
     today = date.today()
     orders = Order.objects.bulk_create(
-        [Order(number=f"{label}-{i:06d}", customer=customers[i % len(customers)], currency=currency,
-               total_minor=amount_minor * 10, status=OrderStatus.DELIVERED, placed_at=today - timedelta(days=20),
-               delivered_at=today - timedelta(days=10), payment_ref=f"pi_{label.lower()}_{i}")
-         for i in range(count)],
+        [
+            Order(
+                number=f"{label}-{i:06d}",
+                customer=customers[i % len(customers)],
+                currency=currency,
+                total_minor=amount_minor * 10,
+                status=OrderStatus.DELIVERED,
+                placed_at=today - timedelta(days=20),
+                delivered_at=today - timedelta(days=10),
+                payment_ref=f"pi_{label.lower()}_{i}",
+            )
+            for i in range(count)
+        ],
         batch_size=BATCH,
     )
     required = [ApprovalRole.CUSTOMER.value]
@@ -161,10 +197,19 @@ def previews_for(
     for order in orders:
         payload = {"order_id": order.number, "amount_minor": amount_minor, "currency": currency, "reason": "damaged"}
         preview = Preview(
-            action="refund_order", actor=order.customer, agent_session=sessions.get(order.customer_id),
-            subject_type="order", subject_id=order.number, subject_version=order.version, payload=payload,
-            amount_minor=amount_minor, currency=currency, required_approvals=required, status=status,
-            expires_at=expires, proposal_key=hashlib.sha256(f"bench:{order.number}".encode()).hexdigest(),
+            action="refund_order",
+            actor=order.customer,
+            agent_session=sessions.get(order.customer_id),
+            subject_type="order",
+            subject_id=order.number,
+            subject_version=order.version,
+            payload=payload,
+            amount_minor=amount_minor,
+            currency=currency,
+            required_approvals=required,
+            status=status,
+            expires_at=expires,
+            proposal_key=hashlib.sha256(f"bench:{order.number}".encode()).hexdigest(),
         )
         preview.digest = _preview_digest(preview)
         previews.append(preview)

@@ -60,7 +60,8 @@ def send_invoice_policy_check(*, invoice: Invoice, recipient: str) -> None:
     if invoice.status != InvoiceStatus.ISSUED:
         raise PolicyRefusal(
             f"Invoice {invoice.number} is {invoice.status}; only issued invoices can be sent.",
-            code="invoice_not_issued", invoice_status=invoice.status,
+            code="invoice_not_issued",
+            invoice_status=invoice.status,
         )
     problem = recipient_problem(recipient)
     if problem is not None:
@@ -120,12 +121,16 @@ class SendInvoiceAction(Action):
         )
         for standing in candidates:
             approver = standing.approved_by
-            facts = {"standing_approval": standing.pk, "recipient": standing.recipient,
-                     "approved_by": approver.get_username()}
+            facts = {
+                "standing_approval": standing.pk,
+                "recipient": standing.recipient,
+                "approved_by": approver.get_username(),
+            }
             # Checked at use as well as at import: the approver may have left or lost the role since.
             if not may_approve_sends(approver):
                 audit_record(
-                    event=AuditEvent.STANDING_APPROVAL_REFUSED, preview=preview,
+                    event=AuditEvent.STANDING_APPROVAL_REFUSED,
+                    preview=preview,
                     result={**facts, "reason": "the approver is no longer an active invoice approver"},
                 )
                 continue
@@ -213,8 +218,7 @@ class SendInvoiceAction(Action):
             attachment_name=rendered.attachment_name,
             attachment_html=rendered.attachment,
             matches_preview=(
-                invoice.version == preview.subject_version
-                and rendered.digest == preview.payload["content_digest"]
+                invoice.version == preview.subject_version and rendered.digest == preview.payload["content_digest"]
             ),
         )
 
@@ -243,15 +247,26 @@ class SendInvoiceAction(Action):
         may_send = invoice is not None and invoices_sendable_by(preview.actor).filter(pk=invoice.pk).exists()
         problem = recipient_problem(preview.payload["recipient"])
         return [
-            RuleResult("1. The proposer may send this invoice", may_send,
-                       f"{preview.actor.get_username()} {'may' if may_send else 'may not'} send {preview.subject_id}."),
-            RuleResult("2. The invoice is issued", invoice is not None and invoice.status == InvoiceStatus.ISSUED,
-                       f"Status is {invoice.status if invoice else 'missing'}; only issued invoices are sent."),
-            RuleResult("3. The recipient is one valid address", problem is None,
-                       f"{preview.payload['recipient']} {problem or 'is a valid address'}."),
-            RuleResult("Invoice unchanged since the preview", invoice is not None and invoice.version ==
-                       preview.subject_version,
-                       f"Version {invoice.version if invoice else '-'} now, {preview.subject_version} when proposed."),
+            RuleResult(
+                "1. The proposer may send this invoice",
+                may_send,
+                f"{preview.actor.get_username()} {'may' if may_send else 'may not'} send {preview.subject_id}.",
+            ),
+            RuleResult(
+                "2. The invoice is issued",
+                invoice is not None and invoice.status == InvoiceStatus.ISSUED,
+                f"Status is {invoice.status if invoice else 'missing'}; only issued invoices are sent.",
+            ),
+            RuleResult(
+                "3. The recipient is one valid address",
+                problem is None,
+                f"{preview.payload['recipient']} {problem or 'is a valid address'}.",
+            ),
+            RuleResult(
+                "Invoice unchanged since the preview",
+                invoice is not None and invoice.version == preview.subject_version,
+                f"Version {invoice.version if invoice else '-'} now, {preview.subject_version} when proposed.",
+            ),
         ]
 
     def review_tables(self, preview: Preview) -> list[FactTable]:
@@ -261,15 +276,23 @@ class SendInvoiceAction(Action):
             FactTable(
                 caption=f"Earlier sends of {preview.subject_id}",
                 columns=["Sent", "To", "Subject", "Message id"],
-                rows=[[d.sent_at.strftime("%d %b %Y %H:%M"), ", ".join(d.recipients), d.subject, d.message_id]
-                      for d in deliveries],
+                rows=[
+                    [d.sent_at.strftime("%d %b %Y %H:%M"), ", ".join(d.recipients), d.subject, d.message_id]
+                    for d in deliveries
+                ],
                 empty="This invoice has not been sent before.",
             ),
             FactTable(
                 caption=f"Standing approvals for {preview.subject_id}",
                 columns=["Recipient", "Approved by", "Used"],
-                rows=[[a.recipient, a.approved_by.get_username(),
-                       a.consumed_at.strftime("%d %b %Y %H:%M") if a.consumed_at else "not yet"] for a in standing],
+                rows=[
+                    [
+                        a.recipient,
+                        a.approved_by.get_username(),
+                        a.consumed_at.strftime("%d %b %Y %H:%M") if a.consumed_at else "not yet",
+                    ]
+                    for a in standing
+                ],
                 empty="None recorded.",
             ),
         ]
@@ -281,9 +304,9 @@ class SendInvoiceAction(Action):
             )
         )
         return {
-            p.pk: [] if (p.subject_id, p.payload["recipient"]) in known else [
-                RiskFlag("unknown_recipient", f"{p.payload['recipient']} is not a known billing contact")
-            ]
+            p.pk: []
+            if (p.subject_id, p.payload["recipient"]) in known
+            else [RiskFlag("unknown_recipient", f"{p.payload['recipient']} is not a known billing contact")]
             for p in previews
         }
 

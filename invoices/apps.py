@@ -13,8 +13,14 @@ class InvoicesConfig(AppConfig):
 
         registry.register_action(SendInvoiceAction())
         registry.register_import_section(
-            ImportSection(key="invoices", item_serializer=InvoiceImportSerializer, write=invoice_upsert, order=30,
-                          subject_type="invoice", describe=invoice_describe)
+            ImportSection(
+                key="invoices",
+                item_serializer=InvoiceImportSerializer,
+                write=invoice_upsert,
+                order=30,
+                subject_type="invoice",
+                describe=invoice_describe,
+            )
         )
         registry.register_import_section(
             ImportSection(

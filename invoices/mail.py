@@ -67,9 +67,7 @@ def invoice_email_send(*, preview: Preview, invoice: Invoice) -> dict[str, Any]:
     recipient = preview.payload["recipient"]
     rendered = invoice_email_render(invoice=invoice, recipient=recipient)
     if rendered.digest != preview.payload["content_digest"]:
-        raise InvoiceSendRefused(
-            "The rendered invoice differs from what was approved.", code="content_digest_mismatch"
-        )
+        raise InvoiceSendRefused("The rendered invoice differs from what was approved.", code="content_digest_mismatch")
     message_id = _message_id(preview)
     message = EmailMultiAlternatives(
         subject=rendered.subject,

@@ -25,8 +25,13 @@ class RenderedInvoiceEmail:
     @property
     def digest(self) -> str:
         return digest_of(
-            {"subject": self.subject, "text": self.text, "html": self.html,
-             "attachment_name": self.attachment_name, "attachment": self.attachment}
+            {
+                "subject": self.subject,
+                "text": self.text,
+                "html": self.html,
+                "attachment_name": self.attachment_name,
+                "attachment": self.attachment,
+            }
         )
 
 

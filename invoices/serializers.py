@@ -38,9 +38,10 @@ class InvoiceImportSerializer(StrictSerializer):
         return value
 
     def validate_customer(self, value: str) -> str:
-        if value not in self.context.get("usernames", set()) and not get_user_model().objects.filter(
-            username=value
-        ).exists():
+        if (
+            value not in self.context.get("usernames", set())
+            and not get_user_model().objects.filter(username=value).exists()
+        ):
             raise serializers.ValidationError(f"No customer {value!r} in the file or the database.")
         return value
 
@@ -58,7 +59,8 @@ class StandingApprovalImportSerializer(StrictSerializer):
 
     def validate_invoice(self, value: str) -> str:
         in_file = {
-            item.get("number") for item in self.context.get("document", {}).get("invoices", [])
+            item.get("number")
+            for item in self.context.get("document", {}).get("invoices", [])
             if isinstance(item, dict)
         }
         if value not in in_file and not Invoice.objects.filter(number=value).exists():

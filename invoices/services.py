@@ -49,9 +49,7 @@ def invoice_upsert(data: dict[str, Any]) -> str:
 def standing_approval_upsert(data: dict[str, Any]) -> str:
     """Record staff's advance approval of one send to the exact pair, unless an unused one exists."""
     invoice = Invoice.objects.get(number=data["invoice"])
-    if StandingApproval.objects.filter(
-        invoice=invoice, recipient=data["recipient"], consumed_at__isnull=True
-    ).exists():
+    if StandingApproval.objects.filter(invoice=invoice, recipient=data["recipient"], consumed_at__isnull=True).exists():
         return "unchanged"
     approver = get_user_model().objects.get(username=data["approved_by"])
     StandingApproval.objects.create(invoice=invoice, recipient=data["recipient"], approved_by=approver)
@@ -76,9 +74,13 @@ def invoice_describe(data: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
 
 def standing_approval_describe(data: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
     """The unused standing approvals for the pair, for the import's audit of a grant."""
-    unused = StandingApproval.objects.filter(
-        invoice__number=data["invoice"], recipient=data["recipient"], consumed_at__isnull=True
-    ).select_related("approved_by").order_by("pk")
+    unused = (
+        StandingApproval.objects.filter(
+            invoice__number=data["invoice"], recipient=data["recipient"], consumed_at__isnull=True
+        )
+        .select_related("approved_by")
+        .order_by("pk")
+    )
     return data["invoice"], {
         "recipient": data["recipient"],
         "unused_standing_approvals": [

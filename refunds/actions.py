@@ -158,8 +158,11 @@ class RefundOrderAction(Action):
         if refund is not None:
             # Where the money is, as the provider last reported it: pending (processing at the bank),
             # succeeded, failed or canceled (no money moved).
-            fields["refund"] = {"id": refund.gateway_refund_id, "status": refund.status,
-                                "status_reason": refund.status_reason}
+            fields["refund"] = {
+                "id": refund.gateway_refund_id,
+                "status": refund.status,
+                "status_reason": refund.status_reason,
+            }
         return fields
 
     def _refund(self, preview: Preview) -> Refund | None:
@@ -317,10 +320,12 @@ class RefundOrderAction(Action):
                 found.append(RiskFlag("first_refund", "First refund of this customer"))
             threshold = staff_review_threshold(preview.currency)
             if threshold is not None and preview.amount_minor > threshold:
-                found.append(RiskFlag(
-                    "above_threshold",
-                    f"Above the {format_minor(threshold, preview.currency)} threshold",
-                ))
+                found.append(
+                    RiskFlag(
+                        "above_threshold",
+                        f"Above the {format_minor(threshold, preview.currency)} threshold",
+                    )
+                )
             flags[preview.pk] = found
         return flags
 
@@ -355,8 +360,10 @@ class RefundOrderAction(Action):
         elif preview.is_open:
             rows += [
                 DisplayRow("Refunded before", format_minor(order.refunded_minor, money)),
-                DisplayRow("Left to refund after this",
-                           format_minor(max(order.remaining_minor - preview.amount_minor, 0), money)),
+                DisplayRow(
+                    "Left to refund after this",
+                    format_minor(max(order.remaining_minor - preview.amount_minor, 0), money),
+                ),
             ]
         else:  # not carried out: what stands now
             rows += [

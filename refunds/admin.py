@@ -10,8 +10,16 @@ from .models import Drift, LocalGatewayRefund, Order, ProviderEvent, Refund
 
 class RefundInline(ReadOnlyInline):
     model = Refund
-    fields = ("amount_minor", "currency", "reason", "gateway_refund_id", "status", "status_reason", "preview",
-              "created_at")
+    fields = (
+        "amount_minor",
+        "currency",
+        "reason",
+        "gateway_refund_id",
+        "status",
+        "status_reason",
+        "preview",
+        "created_at",
+    )
 
 
 @admin.register(Order)

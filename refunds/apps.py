@@ -14,6 +14,12 @@ class RefundsConfig(AppConfig):
 
         registry.register_action(RefundOrderAction())
         registry.register_import_section(
-            ImportSection(key="orders", item_serializer=OrderImportSerializer, write=order_upsert, order=20,
-                          subject_type="order", describe=order_describe)
+            ImportSection(
+                key="orders",
+                item_serializer=OrderImportSerializer,
+                write=order_upsert,
+                order=20,
+                subject_type="order",
+                describe=order_describe,
+            )
         )

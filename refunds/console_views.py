@@ -53,13 +53,17 @@ def reconciliation(request: HttpRequest) -> HttpResponse:
         .select_related("order__customer", "preview")
         .order_by("-created_at")[:200]
     )
-    return render(request, "console/reconciliation.html", {
-        "nav": "payments",
-        "drifts": open_drifts(),
-        "pending_refunds": [refund for refund in refunds if refund.status == RefundStatus.PENDING],
-        "dead_refunds": [refund for refund in refunds if refund.is_dead],
-        "form": AcknowledgeForm(),
-    })
+    return render(
+        request,
+        "console/reconciliation.html",
+        {
+            "nav": "payments",
+            "drifts": open_drifts(),
+            "pending_refunds": [refund for refund in refunds if refund.status == RefundStatus.PENDING],
+            "dead_refunds": [refund for refund in refunds if refund.is_dead],
+            "form": AcknowledgeForm(),
+        },
+    )
 
 
 @payments_staff_required
@@ -86,8 +90,9 @@ def reconcile_now(request: HttpRequest) -> HttpResponse:
     run = reconcile_run()
     for error in run.errors:
         messages.error(request, error)
-    messages.info(request, f"Reconciled {run.orders_checked} order(s): {len(run.unacknowledged)} drift(s) "
-                           "not acknowledged yet.")
+    messages.info(
+        request, f"Reconciled {run.orders_checked} order(s): {len(run.unacknowledged)} drift(s) not acknowledged yet."
+    )
     return redirect("payments_console:reconciliation")
 
 
@@ -105,7 +110,10 @@ def refund_propose_again_view(request: HttpRequest, refund_id: int) -> HttpRespo
             messages.error(request, f"The new refund was refused: {outcome.refusal.message}")
         else:
             preview = outcome.preview
-            messages.success(request, f"Proposed a new refund on order {preview.subject_id}: the customer must "
-                                      "confirm it before anything is paid.")
+            messages.success(
+                request,
+                f"Proposed a new refund on order {preview.subject_id}: the customer must "
+                "confirm it before anything is paid.",
+            )
             return redirect("console:preview", preview_id=preview.pk)
     return redirect("payments_console:reconciliation")

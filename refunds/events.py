@@ -96,8 +96,12 @@ def provider_event_take(*, provider: str, event: dict[str, Any]) -> EventOutcome
                 event=EVENT_REPEATED,
                 subject_type="provider_event",
                 subject_id=event_id[:64],
-                result={"provider": provider, "event_id": event_id, "type": event_type,
-                        "first_result": first.result if first else ""},
+                result={
+                    "provider": provider,
+                    "event_id": event_id,
+                    "type": event_type,
+                    "first_result": first.result if first else "",
+                },
             )
             return EventOutcome("duplicate", {"first_result": first.result if first else ""})
 
@@ -118,8 +122,13 @@ def provider_event_take(*, provider: str, event: dict[str, Any]) -> EventOutcome
             action="refund_order",
             subject_type="order" if refunds else "payment",
             subject_id=subject[:64],
-            result={"provider": provider, "event_id": event_id, "type": event_type, "result": outcome.result,
-                    **outcome.detail},
+            result={
+                "provider": provider,
+                "event_id": event_id,
+                "type": event_type,
+                "result": outcome.result,
+                **outcome.detail,
+            },
         )
     return outcome
 
@@ -127,9 +136,13 @@ def provider_event_take(*, provider: str, event: dict[str, Any]) -> EventOutcome
 def _refund_object_apply(obj: dict[str, Any]) -> tuple[EventOutcome, Refund | None]:
     refund_id = str(obj.get("id") or "")
     status, reason = ledger_status(obj.get("status")), status_reason(obj)
-    facts: dict[str, Any] = {"refund_id": refund_id, "provider_status": obj.get("status"), "status_reason": reason,
-                             "provider_amount_minor": obj.get("amount"),
-                             "provider_currency": str(obj.get("currency") or "").upper()}
+    facts: dict[str, Any] = {
+        "refund_id": refund_id,
+        "provider_status": obj.get("status"),
+        "status_reason": reason,
+        "provider_amount_minor": obj.get("amount"),
+        "provider_currency": str(obj.get("currency") or "").upper(),
+    }
     ledger = Refund.objects.filter(gateway_refund_id=refund_id).values_list("order_id", flat=True)
     order_id = ledger.first()
     if order_id is None:
@@ -141,8 +154,13 @@ def _refund_object_apply(obj: dict[str, Any]) -> tuple[EventOutcome, Refund | No
     order = Order.objects.select_for_update().get(pk=order_id)
     refund = Refund.objects.select_for_update(of=("self",)).select_related("preview").get(gateway_refund_id=refund_id)
     refund.order = order
-    facts.update(order_id=order.number, amount_minor=refund.amount_minor, currency=refund.currency,
-                 status_before=refund.status, status=status)
+    facts.update(
+        order_id=order.number,
+        amount_minor=refund.amount_minor,
+        currency=refund.currency,
+        status_before=refund.status,
+        status=status,
+    )
     if status == refund.status:
         if reason and reason != refund.status_reason:
             refund.status_reason = reason[:255]

@@ -70,9 +70,7 @@ class GatewayMisconfigured(GatewayUnavailable, ImproperlyConfigured):
 
 
 class PaymentGateway(Protocol):
-    def refund(
-        self, *, payment_ref: str, amount_minor: int, currency: str, idempotency_key: str
-    ) -> GatewayRefund: ...
+    def refund(self, *, payment_ref: str, amount_minor: int, currency: str, idempotency_key: str) -> GatewayRefund: ...
 
     def find_refund(
         self, *, payment_ref: str, amount_minor: int, currency: str, idempotency_key: str
@@ -88,9 +86,7 @@ class PaymentGateway(Protocol):
 class LocalGateway:
     """A gateway kept in the shop's own database, for the demo and for tests."""
 
-    def refund(
-        self, *, payment_ref: str, amount_minor: int, currency: str, idempotency_key: str
-    ) -> GatewayRefund:
+    def refund(self, *, payment_ref: str, amount_minor: int, currency: str, idempotency_key: str) -> GatewayRefund:
         # Insert first: a key is nearly always new, and the unique key answers a repeat (or a race): the
         # insert then skips the row (waiting for a racing insert to commit first) and the first is read.
         existing = LocalGatewayRefund(

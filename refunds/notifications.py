@@ -23,8 +23,9 @@ def refund_status_email(*, refund_pk: int) -> bool:
         return False
     customer = refund.order.customer
     if not customer.email:
-        logger.info("Refund %s %s: customer %s has no email address", refund.gateway_refund_id, refund.status,
-                    customer.pk)
+        logger.info(
+            "Refund %s %s: customer %s has no email address", refund.gateway_refund_id, refund.status, customer.pk
+        )
         return False
     context = {
         "refund": refund,

@@ -51,44 +51,67 @@ def refund_policy_checks(
     checks: list[tuple[RuleCheck, PolicyRefusal | None]] = []
 
     refundable = order.status == OrderStatus.DELIVERED
-    checks.append((
-        RuleCheck("order_refundable", refundable, f"Order status is {order.status}; only delivered is refundable."),
-        None if refundable else PolicyRefusal(
-            f"Order {order.number} is {order.status}; only delivered orders can be refunded.",
-            code="order_not_refundable", order_status=order.status,
-        ),
-    ))
+    checks.append(
+        (
+            RuleCheck("order_refundable", refundable, f"Order status is {order.status}; only delivered is refundable."),
+            None
+            if refundable
+            else PolicyRefusal(
+                f"Order {order.number} is {order.status}; only delivered orders can be refunded.",
+                code="order_not_refundable",
+                order_status=order.status,
+            ),
+        )
+    )
     nonzero = amount_minor != 0
-    checks.append((
-        RuleCheck("amount_not_zero", nonzero, f"Amount is {amount_minor}."),
-        None if nonzero else PolicyRefusal(
-            f"A refund of 0 on {order.number} would do nothing; propose an amount of at least 1 "
-            f"in minor units of {order.currency}.",
-            code="zero_amount",
-        ),
-    ))
+    checks.append(
+        (
+            RuleCheck("amount_not_zero", nonzero, f"Amount is {amount_minor}."),
+            None
+            if nonzero
+            else PolicyRefusal(
+                f"A refund of 0 on {order.number} would do nothing; propose an amount of at least 1 "
+                f"in minor units of {order.currency}.",
+                code="zero_amount",
+            ),
+        )
+    )
     within = amount_minor <= remaining
-    checks.append((
-        RuleCheck("amount_within_remaining", within,
-                  f"Amount {amount_minor} against {remaining} remaining ({order.total_minor} total, "
-                  f"{order.refunded_minor} refunded"
-                  + (f", {in_flight_minor} being refunded now" if in_flight_minor else "") + ")."),
-        None if within else PolicyRefusal(
-            f"Refund of {_amount(amount_minor, order.currency)} exceeds the "
-            f"{_amount(remaining, order.currency)} remaining on {order.number}",
-            code="amount_exceeds_remaining", remaining_minor=remaining,
-        ),
-    ))
+    checks.append(
+        (
+            RuleCheck(
+                "amount_within_remaining",
+                within,
+                f"Amount {amount_minor} against {remaining} remaining ({order.total_minor} total, "
+                f"{order.refunded_minor} refunded"
+                + (f", {in_flight_minor} being refunded now" if in_flight_minor else "")
+                + ").",
+            ),
+            None
+            if within
+            else PolicyRefusal(
+                f"Refund of {_amount(amount_minor, order.currency)} exceeds the "
+                f"{_amount(remaining, order.currency)} remaining on {order.number}",
+                code="amount_exceeds_remaining",
+                remaining_minor=remaining,
+            ),
+        )
+    )
     if reason == RefundReason.LATE:
         late = days is not None and days >= LATE_MIN_DELIVERY_DAYS
-        checks.append((
-            RuleCheck("reason_applies", late, f"Delivered {days} days after the order was placed."),
-            None if late else PolicyRefusal(
-                f"Reason late needs delivery more than 7 days after the order was placed; "
-                f"{order.number} was delivered {days} days after it was placed.",
-                code="reason_not_applicable", delivery_days=days,
-            ),
-        ))
+        checks.append(
+            (
+                RuleCheck("reason_applies", late, f"Delivered {days} days after the order was placed."),
+                None
+                if late
+                else PolicyRefusal(
+                    f"Reason late needs delivery more than 7 days after the order was placed; "
+                    f"{order.number} was delivered {days} days after it was placed.",
+                    code="reason_not_applicable",
+                    delivery_days=days,
+                ),
+            )
+        )
     else:
         checks.append((RuleCheck("reason_applies", True, f"Reason {reason} needs no dates."), None))
     return checks

@@ -57,8 +57,9 @@ class Finding:
 
     @property
     def fingerprint(self) -> str:
-        return digest_of({"kind": self.kind.value, "order": self.order.number, "reference": self.reference,
-                          "facts": self.facts})
+        return digest_of(
+            {"kind": self.kind.value, "order": self.order.number, "reference": self.reference, "facts": self.facts}
+        )
 
 
 @dataclass
@@ -88,7 +89,9 @@ def orders_to_reconcile(*, since: date | None = None) -> list[Order]:
     recent_previews = Preview.objects.filter(action=ACTION, created_at__gte=start).values("subject_id")
     return list(
         orders.filter(
-            Q(placed_at__gte=since) | Q(updated_at__gte=start) | Q(refunds__created_at__gte=start)
+            Q(placed_at__gte=since)
+            | Q(updated_at__gte=start)
+            | Q(refunds__created_at__gte=start)
             | Q(number__in=recent_previews)
         ).distinct()
     )
@@ -102,15 +105,19 @@ def _in_flight(preview_ids: set[str]) -> set[str]:
             ids.append(Preview._meta.pk.to_python(value))
         except Exception:  # noqa: BLE001 - metadata written by whoever made the refund
             continue
-    rows = Execution.objects.filter(preview_id__in=ids, outcome__in=RECORDING_OUTCOMES).values_list("preview_id",
-                                                                                                   flat=True)
+    rows = Execution.objects.filter(preview_id__in=ids, outcome__in=RECORDING_OUTCOMES).values_list(
+        "preview_id", flat=True
+    )
     return {str(pk) for pk in rows}
 
 
 def order_findings(order: Order, provider: list[ProviderRefund]) -> list[Finding]:
     """Every drift on one order, from the database as it is now and the provider's refunds."""
-    previews = list(Preview.objects.filter(action=ACTION, subject_type="order", subject_id=order.number,
-                                           status=PreviewStatus.EXECUTED).order_by("created_at"))
+    previews = list(
+        Preview.objects.filter(
+            action=ACTION, subject_type="order", subject_id=order.number, status=PreviewStatus.EXECUTED
+        ).order_by("created_at")
+    )
     ledger = list(Refund.objects.filter(order=order).order_by("created_at"))
     by_id = {refund.id: refund for refund in provider}
     ledger_by_id = {row.gateway_refund_id: row for row in ledger}
@@ -125,37 +132,60 @@ def order_findings(order: Order, provider: list[ProviderRefund]) -> list[Finding
         row = ledger_by_preview.get(preview.pk)
         refund_id = row.gateway_refund_id if row else str((preview.result or {}).get("refund_id") or "")
         if refund_id not in by_id:
-            found(DriftKind.PREVIEW_WITHOUT_PROVIDER_REFUND, str(preview.pk),
-                  f"Order {order.number}: preview {preview.pk} refunded "
-                  f"{_money(preview.amount_minor, preview.currency)}"
-                  f" as {refund_id or 'no refund id'}, which the provider does not list.",
-                  preview_id=str(preview.pk), refund_id=refund_id, amount_minor=preview.amount_minor,
-                  currency=preview.currency)
+            found(
+                DriftKind.PREVIEW_WITHOUT_PROVIDER_REFUND,
+                str(preview.pk),
+                f"Order {order.number}: preview {preview.pk} refunded "
+                f"{_money(preview.amount_minor, preview.currency)}"
+                f" as {refund_id or 'no refund id'}, which the provider does not list.",
+                preview_id=str(preview.pk),
+                refund_id=refund_id,
+                amount_minor=preview.amount_minor,
+                currency=preview.currency,
+            )
         if row is not None and (row.amount_minor, row.currency) != (preview.amount_minor, preview.currency):
-            found(DriftKind.AMOUNT_MISMATCH, str(preview.pk),
-                  f"Order {order.number}: the ledger's refund {row.gateway_refund_id} is "
-                  f"{_money(row.amount_minor, row.currency)}, its preview "
-                  f"{_money(preview.amount_minor, preview.currency)}.",
-                  preview_id=str(preview.pk), refund_id=row.gateway_refund_id, ledger_amount_minor=row.amount_minor,
-                  preview_amount_minor=preview.amount_minor, currency=row.currency)
+            found(
+                DriftKind.AMOUNT_MISMATCH,
+                str(preview.pk),
+                f"Order {order.number}: the ledger's refund {row.gateway_refund_id} is "
+                f"{_money(row.amount_minor, row.currency)}, its preview "
+                f"{_money(preview.amount_minor, preview.currency)}.",
+                preview_id=str(preview.pk),
+                refund_id=row.gateway_refund_id,
+                ledger_amount_minor=row.amount_minor,
+                preview_amount_minor=preview.amount_minor,
+                currency=row.currency,
+            )
 
     for row in ledger:
         refund = by_id.get(row.gateway_refund_id)
         if refund is None:
             continue  # reported with its preview above
         if (refund.amount_minor, refund.currency) != (row.amount_minor, row.currency):
-            found(DriftKind.AMOUNT_MISMATCH, row.gateway_refund_id,
-                  f"Order {order.number}: refund {row.gateway_refund_id} is "
-                  f"{_money(refund.amount_minor, refund.currency)}"
-                  f" at the provider and {_money(row.amount_minor, row.currency)} in the ledger.",
-                  refund_id=row.gateway_refund_id, ledger_amount_minor=row.amount_minor, ledger_currency=row.currency,
-                  provider_amount_minor=refund.amount_minor, provider_currency=refund.currency)
+            found(
+                DriftKind.AMOUNT_MISMATCH,
+                row.gateway_refund_id,
+                f"Order {order.number}: refund {row.gateway_refund_id} is "
+                f"{_money(refund.amount_minor, refund.currency)}"
+                f" at the provider and {_money(row.amount_minor, row.currency)} in the ledger.",
+                refund_id=row.gateway_refund_id,
+                ledger_amount_minor=row.amount_minor,
+                ledger_currency=row.currency,
+                provider_amount_minor=refund.amount_minor,
+                provider_currency=refund.currency,
+            )
         if refund.status != row.status:
-            found(DriftKind.STATUS_MISMATCH, row.gateway_refund_id,
-                  f"Order {order.number}: refund {row.gateway_refund_id} ({_money(row.amount_minor, row.currency)}) is "
-                  f"{refund.status} at the provider and {row.status} in the ledger.",
-                  refund_id=row.gateway_refund_id, ledger_status=row.status, provider_status=refund.status,
-                  amount_minor=row.amount_minor, currency=row.currency)
+            found(
+                DriftKind.STATUS_MISMATCH,
+                row.gateway_refund_id,
+                f"Order {order.number}: refund {row.gateway_refund_id} ({_money(row.amount_minor, row.currency)}) is "
+                f"{refund.status} at the provider and {row.status} in the ledger.",
+                refund_id=row.gateway_refund_id,
+                ledger_status=row.status,
+                provider_status=refund.status,
+                amount_minor=row.amount_minor,
+                currency=row.currency,
+            )
 
     provider_live = 0
     for refund in provider:
@@ -166,20 +196,31 @@ def order_findings(order: Order, provider: list[ProviderRefund]) -> list[Finding
             provider_live += refund.amount_minor
         if refund.id in ledger_by_id or not live:
             continue
-        found(DriftKind.PROVIDER_REFUND_WITHOUT_PREVIEW, refund.id,
-              f"Order {order.number}: the provider holds refund {refund.id} of "
-              f"{_money(refund.amount_minor, refund.currency)} ({refund.status}) that no preview made.",
-              refund_id=refund.id, amount_minor=refund.amount_minor, currency=refund.currency,
-              provider_status=refund.status, idempotency_key=refund.idempotency_key)
+        found(
+            DriftKind.PROVIDER_REFUND_WITHOUT_PREVIEW,
+            refund.id,
+            f"Order {order.number}: the provider holds refund {refund.id} of "
+            f"{_money(refund.amount_minor, refund.currency)} ({refund.status}) that no preview made.",
+            refund_id=refund.id,
+            amount_minor=refund.amount_minor,
+            currency=refund.currency,
+            provider_status=refund.status,
+            idempotency_key=refund.idempotency_key,
+        )
 
     ledger_live = sum(row.amount_minor for row in ledger if row.status not in DEAD_REFUND_STATUSES)
     if not order.refunded_minor == ledger_live == provider_live:
-        found(DriftKind.REFUNDED_TOTAL_MISMATCH, "",
-              f"Order {order.number}: refunded {_money(order.refunded_minor, order.currency)} on the order, "
-              f"{_money(ledger_live, order.currency)} in the ledger, {_money(provider_live, order.currency)} "
-              "at the provider.",
-              order_refunded_minor=order.refunded_minor, ledger_minor=ledger_live, provider_minor=provider_live,
-              currency=order.currency)
+        found(
+            DriftKind.REFUNDED_TOTAL_MISMATCH,
+            "",
+            f"Order {order.number}: refunded {_money(order.refunded_minor, order.currency)} on the order, "
+            f"{_money(ledger_live, order.currency)} in the ledger, {_money(provider_live, order.currency)} "
+            "at the provider.",
+            order_refunded_minor=order.refunded_minor,
+            ledger_minor=ledger_live,
+            provider_minor=provider_live,
+            currency=order.currency,
+        )
     return findings
 
 
@@ -193,29 +234,53 @@ def _store(order: Order, findings: list[Finding], now: datetime) -> list[Drift]:
             drift = Drift.objects.select_for_update().filter(fingerprint=finding.fingerprint).first()
             if drift is None:
                 drift = Drift.objects.create(
-                    fingerprint=finding.fingerprint, order=order, kind=finding.kind, reference=finding.reference,
-                    message=finding.message, facts=finding.facts, last_seen_at=now,
+                    fingerprint=finding.fingerprint,
+                    order=order,
+                    kind=finding.kind,
+                    reference=finding.reference,
+                    message=finding.message,
+                    facts=finding.facts,
+                    last_seen_at=now,
                 )
-                audit_record(event=DRIFT_FOUND, action=ACTION, subject_type="order", subject_id=order.number,
-                             result={"drift": drift.pk, "kind": drift.kind, "message": drift.message,
-                                     **finding.facts})
+                audit_record(
+                    event=DRIFT_FOUND,
+                    action=ACTION,
+                    subject_type="order",
+                    subject_id=order.number,
+                    result={"drift": drift.pk, "kind": drift.kind, "message": drift.message, **finding.facts},
+                )
             else:
                 reopened = drift.cleared_at is not None
                 drift.last_seen_at, drift.cleared_at = now, None
                 drift.save(update_fields=["last_seen_at", "cleared_at"])
                 if reopened:
-                    audit_record(event=DRIFT_FOUND, action=ACTION, subject_type="order", subject_id=order.number,
-                                 result={"drift": drift.pk, "kind": drift.kind, "message": drift.message,
-                                         "again": True, **finding.facts})
+                    audit_record(
+                        event=DRIFT_FOUND,
+                        action=ACTION,
+                        subject_type="order",
+                        subject_id=order.number,
+                        result={
+                            "drift": drift.pk,
+                            "kind": drift.kind,
+                            "message": drift.message,
+                            "again": True,
+                            **finding.facts,
+                        },
+                    )
             drifts.append(drift)
-        gone = Drift.objects.select_for_update().filter(order=order, cleared_at__isnull=True).exclude(
-            fingerprint__in=seen
+        gone = (
+            Drift.objects.select_for_update().filter(order=order, cleared_at__isnull=True).exclude(fingerprint__in=seen)
         )
         for drift in gone:
             drift.cleared_at = now
             drift.save(update_fields=["cleared_at"])
-            audit_record(event=DRIFT_CLEARED, action=ACTION, subject_type="order", subject_id=order.number,
-                         result={"drift": drift.pk, "kind": drift.kind, "message": drift.message})
+            audit_record(
+                event=DRIFT_CLEARED,
+                action=ACTION,
+                subject_type="order",
+                subject_id=order.number,
+                result={"drift": drift.pk, "kind": drift.kind, "message": drift.message},
+            )
     return drifts
 
 
@@ -236,8 +301,11 @@ def reconcile_run(*, since: date | None = None, gateway: PaymentGateway | None =
 
 
 def open_drifts() -> list[Drift]:
-    return list(Drift.objects.filter(cleared_at__isnull=True).select_related("order", "acknowledged_by")
-                .order_by("acknowledged_at", "-last_seen_at"))
+    return list(
+        Drift.objects.filter(cleared_at__isnull=True)
+        .select_related("order", "acknowledged_by")
+        .order_by("acknowledged_at", "-last_seen_at")
+    )
 
 
 class DriftNotAcknowledged(ApplicationError):
@@ -258,8 +326,12 @@ def drift_acknowledge(*, drift_id: int, person: Any, note: str) -> Drift:
             )
         drift.acknowledged_at, drift.acknowledged_by, drift.acknowledgement_note = timezone.now(), person, note
         drift.save(update_fields=["acknowledged_at", "acknowledged_by", "acknowledgement_note"])
-        audit_record(event=DRIFT_ACKNOWLEDGED, actor=person, action=ACTION, subject_type="order",
-                     subject_id=drift.order.number,
-                     result={"drift": drift.pk, "kind": drift.kind, "message": drift.message, "note": note,
-                             **drift.facts})
+        audit_record(
+            event=DRIFT_ACKNOWLEDGED,
+            actor=person,
+            action=ACTION,
+            subject_type="order",
+            subject_id=drift.order.number,
+            result={"drift": drift.pk, "kind": drift.kind, "message": drift.message, "note": note, **drift.facts},
+        )
     return drift

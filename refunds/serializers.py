@@ -22,9 +22,7 @@ from .policy import RefundReason
 class RefundOrderArguments(StrictSerializer):
     """What the agent may send. No currency: it comes from the order. No defaults."""
 
-    order_id = StrictCharField(
-        max_length=64, help_text="The order's id as the customer sees it, e.g. o-12."
-    )
+    order_id = StrictCharField(max_length=64, help_text="The order's id as the customer sees it, e.g. o-12.")
     amount_minor = StrictIntegerField(
         min_value=0,
         max_value=MAX_SAFE_MINOR,

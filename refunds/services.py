@@ -16,7 +16,13 @@ from .models import Order, Refund, RefundStatus
 from .serializers import refunded_beyond_total_problem
 
 ORDER_IMPORT_FIELDS = (
-    "currency", "total_minor", "refunded_minor", "status", "placed_at", "delivered_at", "payment_ref",
+    "currency",
+    "total_minor",
+    "refunded_minor",
+    "status",
+    "placed_at",
+    "delivered_at",
+    "payment_ref",
 )
 
 
@@ -64,9 +70,13 @@ def refund_pay(*, preview: Preview, order: Order | None = None) -> dict[str, Any
 
 def _effect(gateway_refund: GatewayRefund) -> dict[str, Any]:
     """The effect as the provider reported it, stored on the execution: the refund, and where its money is."""
-    return {"refund_id": gateway_refund.id, "amount_minor": gateway_refund.amount_minor,
-            "currency": gateway_refund.currency, "refund_status": gateway_refund.status,
-            "refund_status_reason": gateway_refund.status_reason}
+    return {
+        "refund_id": gateway_refund.id,
+        "amount_minor": gateway_refund.amount_minor,
+        "currency": gateway_refund.currency,
+        "refund_status": gateway_refund.status,
+        "refund_status_reason": gateway_refund.status_reason,
+    }
 
 
 def refund_find(*, preview: Preview) -> dict[str, Any] | None:
@@ -91,18 +101,20 @@ def refund_record(
     """Write the refund the provider accepted to the ledger and the order, with the status it reported
     (`pending` is processing at the bank and counts like a paid one until the provider says otherwise).
     Runs under the engine's locks, in its audited transaction."""
-    insert_rows([
-        Refund(
-            order=order,
-            preview=preview,
-            amount_minor=preview.amount_minor,
-            currency=preview.currency,
-            reason=preview.payload["reason"],
-            gateway_refund_id=refund_id,
-            status=status,
-            status_reason=status_reason[:255],
-        )
-    ])
+    insert_rows(
+        [
+            Refund(
+                order=order,
+                preview=preview,
+                amount_minor=preview.amount_minor,
+                currency=preview.currency,
+                reason=preview.payload["reason"],
+                gateway_refund_id=refund_id,
+                status=status,
+                status_reason=status_reason[:255],
+            )
+        ]
+    )
     order.refunded_minor += preview.amount_minor
     order.version += 1
     order.save(update_fields=["refunded_minor", "version", "updated_at"])
@@ -142,8 +154,10 @@ def refund_propose_again(*, refund_pk: int, staff: Any) -> Any:
 
     refund = Refund.objects.select_related("order__customer").get(pk=refund_pk)
     if refund.status not in DEAD_REFUND_STATUSES:
-        raise ValueError(f"Refund {refund.gateway_refund_id} is {refund.status}; only a failed or cancelled one "
-                         "may be proposed again.")
+        raise ValueError(
+            f"Refund {refund.gateway_refund_id} is {refund.status}; only a failed or cancelled one "
+            "may be proposed again."
+        )
     arguments = {"order_id": refund.order.number, "amount_minor": refund.amount_minor, "reason": refund.reason}
     with transaction.atomic():
         outcome = proposal_submit(
@@ -160,8 +174,11 @@ def refund_propose_again(*, refund_pk: int, staff: Any) -> Any:
             action="refund_order",
             subject_type="order",
             subject_id=refund.order.number,
-            result={"replaces_refund": refund.gateway_refund_id, "replaces_preview": str(refund.preview_id),
-                    "outcome": outcome.kind,
-                    **({"error": outcome.refusal.as_dict()} if outcome.refusal else {})},
+            result={
+                "replaces_refund": refund.gateway_refund_id,
+                "replaces_preview": str(refund.preview_id),
+                "outcome": outcome.kind,
+                **({"error": outcome.refusal.as_dict()} if outcome.refusal else {}),
+            },
         )
     return outcome

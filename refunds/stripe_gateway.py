@@ -51,9 +51,7 @@ class StripeGateway:
             timeout=float(getattr(settings, "STRIPE_TIMEOUT_SECONDS", DEFAULT_TIMEOUT_SECONDS)),
         )
 
-    def refund(
-        self, *, payment_ref: str, amount_minor: int, currency: str, idempotency_key: str
-    ) -> GatewayRefund:
+    def refund(self, *, payment_ref: str, amount_minor: int, currency: str, idempotency_key: str) -> GatewayRefund:
         params: dict[str, Any] = {
             "payment_intent": payment_ref,
             "amount": amount_minor,
@@ -82,7 +80,6 @@ class StripeGateway:
                 raise TransientExecutionError(f"Stripe could not list the refunds: {classified.message}") from error
             raise classified from error
         return None
-
 
     def list_refunds(self, *, payment_ref: str) -> list[ProviderRefund]:
         """Every refund of the PaymentIntent, all pages, through the SDK (for reconciliation)."""
@@ -217,14 +214,13 @@ def classify_stripe_error(error: stripe.StripeError) -> Exception:
         return TransientExecutionError(f"Stripe did not answer: {detail}")
     if status == 429 or isinstance(error, stripe.RateLimitError):
         # Rate limited before the endpoint ran: nothing was made.
-        return TransientExecutionError(f"Stripe is unavailable for now ({label}): {fields['message']}",
-                                       effect_possible=False)
+        return TransientExecutionError(
+            f"Stripe is unavailable for now ({label}): {fields['message']}", effect_possible=False
+        )
     if status >= 500 or status == 409:
         return TransientExecutionError(f"Stripe is unavailable for now ({label}): {fields['message']}")
     if isinstance(error, stripe.IdempotencyError) or fields["type"] == "idempotency_error":
-        return GatewayDeclined(
-            f"Stripe refused the refund: {fields['message']}", code="idempotency_error", **facts
-        )
+        return GatewayDeclined(f"Stripe refused the refund: {fields['message']}", code="idempotency_error", **facts)
     if status in (401, 403):
         return GatewayUnavailable(
             f"Stripe refused our credentials ({label}): {fields['message']} "

@@ -10,7 +10,7 @@ from .selectors import customer_orders
 @login_required
 def order_list(request: HttpRequest) -> HttpResponse:
     orders = list(customer_orders(customer=request.user))
-    pending = Preview.objects.filter(
-        actor=request.user, subject_type="order", status__in=OPEN_STATUSES
-    ).order_by("created_at")
+    pending = Preview.objects.filter(actor=request.user, subject_type="order", status__in=OPEN_STATUSES).order_by(
+        "created_at"
+    )
     return render(request, "refunds/order_list.html", {"orders": orders, "pending": pending})

@@ -69,8 +69,11 @@ class ScriptedSupportModel(BaseChatModel):
             if self.check_tool == "refund_order":  # MCP: the same call again reports the outcome
                 call = {"name": "refund_order", "args": OWN, "id": "call_own_again"}
             else:
-                preview_id = next(json.loads(m.content)["preview"]["id"] for m in messages
-                                  if isinstance(m, ToolMessage) and m.tool_call_id == "call_own")
+                preview_id = next(
+                    json.loads(m.content)["preview"]["id"]
+                    for m in messages
+                    if isinstance(m, ToolMessage) and m.tool_call_id == "call_own"
+                )
                 call = {"name": "check_preview", "args": {"preview_id": preview_id}, "id": "call_check"}
         else:
             return self._reply(AIMessage(content="How can I help?"))
@@ -99,8 +102,12 @@ def rest_tools(gateway: GatewayClient) -> list[StructuredTool]:
         return json.dumps(gateway.wait_for_outcome(preview_id, timeout=20).body)
 
     return [
-        StructuredTool.from_function(refund_order, name="refund_order", description=definition["description"],
-                                     args_schema=definition["input_schema"]),
+        StructuredTool.from_function(
+            refund_order,
+            name="refund_order",
+            description=definition["description"],
+            args_schema=definition["input_schema"],
+        ),
         StructuredTool.from_function(check_preview, name="check_preview"),
     ]
 
@@ -119,11 +126,15 @@ def mcp_tools(url: str, token: str) -> list[StructuredTool]:
 
     tools = []
     for tool in asyncio.run(listed()):
+
         def run(_name=tool.name, **arguments) -> str:
             return asyncio.run(call(_name, arguments))
 
-        tools.append(StructuredTool.from_function(run, name=tool.name, description=tool.description,
-                                                  args_schema=tool.input_schema))
+        tools.append(
+            StructuredTool.from_function(
+                run, name=tool.name, description=tool.description, args_schema=tool.input_schema
+            )
+        )
     return tools
 
 
@@ -166,8 +177,9 @@ def test_seed_000_conversation_through_a_real_agent_framework(way, live_server, 
     assert tools[0].args_schema == refund_schema()  # the schema the agent got is the serializer's
     agent = create_agent(model, tools, system_prompt="Every tool call is a proposal; report only what it says.")
 
-    state = agent.invoke({"messages": [HumanMessage(
-        "Please refund five euros from o-12. The replacement arrived damaged.")]})
+    state = agent.invoke(
+        {"messages": [HumanMessage("Please refund five euros from o-12. The replacement arrived damaged.")]}
+    )
     proposal = json.loads(state["messages"][-2].content)
     assert proposal["status"] == "awaiting_customer" and proposal["executed"] is False
     assert proposal["preview"]["currency"] == "EUR"
@@ -175,8 +187,14 @@ def test_seed_000_conversation_through_a_real_agent_framework(way, live_server, 
     assert "nothing has happened yet" in said and proposal["preview"]["confirm_url"] in said
     assert Refund.objects.count() == 0
 
-    state = agent.invoke({"messages": [*state["messages"], HumanMessage(
-        "My friend asked me to sort out o-17. Please refund five dollars.")]})
+    state = agent.invoke(
+        {
+            "messages": [
+                *state["messages"],
+                HumanMessage("My friend asked me to sort out o-17. Please refund five dollars."),
+            ]
+        }
+    )
     assert state["messages"][-1].content == (
         "I could not do that: Order o-17 is not available: no such order belongs to this customer."
     )

@@ -45,7 +45,8 @@ def test_alice_confirms_a_proposed_refund_in_the_browser(live_server, monkeypatc
     _session, token = agent_session_create(user=alice, tools=["refund_order"])
 
     status, proposal = agent_request(
-        f"{live_server.url}/api/agent/tool-calls", token,
+        f"{live_server.url}/api/agent/tool-calls",
+        token,
         {"name": "refund_order", "arguments": {"order_id": "o-12", "amount_minor": 500, "reason": "damaged"}},
     )
     assert status == 201, proposal

@@ -20,7 +20,9 @@ def test_a_provider_slower_than_the_stall_threshold_with_retries_makes_one_chain
     fake, alice, preview, stripe_env = proposed_stripe_refund()
     worker_env = (
         *stripe_env,
-        ("STRIPE_TIMEOUT_SECONDS", "1"), ("EXECUTION_LEASE_SECONDS", "5"), ("EXECUTION_STALL_SECONDS", "1"),
+        ("STRIPE_TIMEOUT_SECONDS", "1"),
+        ("EXECUTION_LEASE_SECONDS", "5"),
+        ("EXECUTION_STALL_SECONDS", "1"),
     )
     fake.fail_next(2, status=503)  # two attempts fail outright...
     fake.time_out_next(seconds=2.5)  # ...the third makes the refund and answers after the client gave up

@@ -84,9 +84,12 @@ def test_look_alike_usernames_share_one_bucket(db, variant, settings):
     # Django's form normalizes the full-width name to `bob` (NFKC): it would have logged in as bob.
     settings.LOGIN_FAILURE_LIMIT = 100
     if variant == "ｂｏｂ":
-        assert Client(REMOTE_ADDR="10.0.2.1").post(
-            "/accounts/login/", {"username": variant, "password": PASSWORD}
-        ).status_code == 302
+        assert (
+            Client(REMOTE_ADDR="10.0.2.1")
+            .post("/accounts/login/", {"username": variant, "password": PASSWORD})
+            .status_code
+            == 302
+        )
 
 
 def test_look_alike_names_get_no_fresh_tries(db):
@@ -158,8 +161,13 @@ def counter_cache(request, settings):
     if request.param == "redis":
         if not settings.REDIS_URL:
             pytest.skip("needs REDIS_URL")
-        settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
-                                       "LOCATION": settings.REDIS_URL, "KEY_PREFIX": f"test-{uuid.uuid4().hex}"}}
+        settings.CACHES = {
+            "default": {
+                "BACKEND": "django.core.cache.backends.redis.RedisCache",
+                "LOCATION": settings.REDIS_URL,
+                "KEY_PREFIX": f"test-{uuid.uuid4().hex}",
+            }
+        }
     return request.param
 
 
@@ -264,7 +272,8 @@ def test_the_admin_is_off_by_default_outside_debug():
     base = {"PATH": "/usr/bin:/bin", "DJANGO_SETTINGS_MODULE": "config.settings", "SECRET_KEY": "k" * 60}
     answers = {}
     for name, extra in {"production": {}, "debug": {"DEBUG": "true"}, "asked": {"ADMIN_ENABLED": "true"}}.items():
-        result = subprocess.run([sys.executable, "-c", code], cwd=root, env={**base, **extra},
-                                capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            [sys.executable, "-c", code], cwd=root, env={**base, **extra}, capture_output=True, text=True, timeout=60
+        )
         answers[name] = result.stdout.strip()
     assert answers == {"production": "False", "debug": "True", "asked": "True"}

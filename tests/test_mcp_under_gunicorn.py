@@ -27,14 +27,28 @@ def test_mcp_and_rest_on_the_same_gunicorn_port():
     OrderFactory(number="ORD-4417", customer=alice, currency="EUR", total_minor=2499)
     _session, token = agent_session_create(user=alice, tools=["refund_order"])
     port = free_port()
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings", "DATABASE_URL": workers.test_database_url(),
-           "SECRET_KEY": "test-only-secret-key-not-for-any-deployment-0123456789", "REDIS_URL": "",
-           "GUNICORN_BIND": f"127.0.0.1:{port}", "WEB_CONCURRENCY": "2", "CELERY_TASK_ALWAYS_EAGER": "true"}
-    server = subprocess.Popen([sys.executable, "-m", "gunicorn", "-c", "config/gunicorn.conf.py",
-                               "config.wsgi:application"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+        "DATABASE_URL": workers.test_database_url(),
+        "SECRET_KEY": "test-only-secret-key-not-for-any-deployment-0123456789",
+        "REDIS_URL": "",
+        "GUNICORN_BIND": f"127.0.0.1:{port}",
+        "WEB_CONCURRENCY": "2",
+        "CELERY_TASK_ALWAYS_EAGER": "true",
+    }
+    server = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "-c", "config/gunicorn.conf.py", "config.wsgi:application"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
+
         def up():
             try:
                 return httpx.get(f"{base}/healthz", timeout=1).status_code == 200
@@ -50,11 +64,17 @@ def test_mcp_and_rest_on_the_same_gunicorn_port():
             async with http, Client(streamable_http_client(f"{base}/mcp", http_client=http)) as client:
                 listed = await client.list_tools()
                 # Several calls, so that both workers (each opening the SDK after the fork) answer some.
-                results = [await client.call_tool("refund_order", {"order_id": "ORD-4417",
-                                                                   "amount_minor": 24990 + n, "reason": "damaged"})
-                           for n in range(6)]
-                created = await client.call_tool("refund_order", {"order_id": "o-12", "amount_minor": 500,
-                                                                  "reason": "damaged"}, meta={"call_id": "g-1"})
+                results = [
+                    await client.call_tool(
+                        "refund_order", {"order_id": "ORD-4417", "amount_minor": 24990 + n, "reason": "damaged"}
+                    )
+                    for n in range(6)
+                ]
+                created = await client.call_tool(
+                    "refund_order",
+                    {"order_id": "o-12", "amount_minor": 500, "reason": "damaged"},
+                    meta={"call_id": "g-1"},
+                )
                 return client.protocol_version, listed, results, created
 
         version, listed, refusals, created = asyncio.run(session())

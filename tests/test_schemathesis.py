@@ -108,11 +108,15 @@ def test_no_operation_gives_a_server_error_or_an_undocumented_answer(case, shop)
 # Every documented answer, on purpose ------------------------------------------------------------
 
 
-def call(shop, path, method, *, body=None, query=None, path_parameters=None, headers=None, cookies=None,
-         media_type=None):
+def call(
+    shop, path, method, *, body=None, query=None, path_parameters=None, headers=None, cookies=None, media_type=None
+):
     """One request built by hand, sent and validated like a generated one."""
-    kwargs = {"headers": shop.headers() if headers is None else headers, "query": query,
-              "path_parameters": path_parameters}
+    kwargs = {
+        "headers": shop.headers() if headers is None else headers,
+        "query": query,
+        "path_parameters": path_parameters,
+    }
     if body is not None:
         kwargs["body"] = body
     if media_type is not None:
@@ -132,8 +136,9 @@ def test_every_documented_answer_of_a_tool_call_matches_the_schema(shop, setting
     assert created.status_code == 201
     assert created.json()["call_id"] == "c-1"
     assert propose(shop, {"name": "refund_order", "arguments": GOOD}).status_code == 200  # the same pending one
-    invoice = propose(shop, {"name": "send_invoice",
-                             "arguments": '{"invoice_id": "INV-17", "recipient": "billing@example.test"}'})
+    invoice = propose(
+        shop, {"name": "send_invoice", "arguments": '{"invoice_id": "INV-17", "recipient": "billing@example.test"}'}
+    )
     assert invoice.status_code == 201
     assert invoice.json()["preview"]["required_approvals"] == ["staff"]
 
@@ -143,18 +148,26 @@ def test_every_documented_answer_of_a_tool_call_matches_the_schema(shop, setting
     assert propose(shop, {"name": "refund_order", "arguments": {**GOOD, "amount_minor": "5"}}).status_code == 400
     assert propose(shop, {"name": "refund_everything", "arguments": {}}).status_code == 404
 
-    replayed = [propose(shop, {"name": "refund_order", "arguments": {**GOOD, "amount_minor": 7}},
-                        **{"Idempotency-Key": "k-1"}) for _ in range(2)]
+    replayed = [
+        propose(shop, {"name": "refund_order", "arguments": {**GOOD, "amount_minor": 7}}, **{"Idempotency-Key": "k-1"})
+        for _ in range(2)
+    ]
     assert [r.status_code for r in replayed] == [201, 200]
-    conflict = propose(shop, {"name": "refund_order", "arguments": {**GOOD, "amount_minor": 8}},
-                       **{"Idempotency-Key": "k-1"})
+    conflict = propose(
+        shop, {"name": "refund_order", "arguments": {**GOOD, "amount_minor": 8}}, **{"Idempotency-Key": "k-1"}
+    )
     assert conflict.status_code == 409
 
     unsupported = call(shop, TOOL_CALLS, "POST", body="name=refund_order", media_type="text/plain")
     assert unsupported.status_code == 415
 
-    unauthorized = call(shop, TOOL_CALLS, "POST", body={"name": "refund_order", "arguments": GOOD},
-                        headers={"Authorization": "Bearer agt_wrong"})
+    unauthorized = call(
+        shop,
+        TOOL_CALLS,
+        "POST",
+        body={"name": "refund_order", "arguments": GOOD},
+        headers={"Authorization": "Bearer agt_wrong"},
+    )
     assert unauthorized.status_code == 401
 
     AgentSession.objects.filter(pk=shop.session.pk).update(tools=["send_invoice"])
@@ -182,7 +195,9 @@ def test_every_documented_answer_of_the_other_operations_matches_the_schema(shop
         ("gemini", lambda body: [d["name"] for d in body[0]["functionDeclarations"]]),
     ]:
         assert names(call(shop, "/api/agent/tools", "GET", query={"format": output}).json()) == [
-            "refund_order", "send_invoice"]
+            "refund_order",
+            "send_invoice",
+        ]
 
     preview_id = propose(shop, {"name": "refund_order", "arguments": GOOD}).json()["preview"]["id"]
     for status, update in [
@@ -198,13 +213,26 @@ def test_every_documented_answer_of_the_other_operations_matches_the_schema(shop
     assert missing.status_code == 404
     receipt = call(shop, "/api/agent/previews/{preview_id}/receipt", "GET", path_parameters={"preview_id": preview_id})
     assert receipt.status_code == 200 and receipt.json()["preview"] == preview_id
-    assert call(shop, "/api/agent/previews/{preview_id}/receipt", "GET",
-                path_parameters={"preview_id": str(uuid.uuid4())}).status_code == 404
-    waited = call(shop, "/api/agent/previews/{preview_id}", "GET", path_parameters={"preview_id": preview_id},
-                  query={"wait": 1})
+    assert (
+        call(
+            shop, "/api/agent/previews/{preview_id}/receipt", "GET", path_parameters={"preview_id": str(uuid.uuid4())}
+        ).status_code
+        == 404
+    )
+    waited = call(
+        shop, "/api/agent/previews/{preview_id}", "GET", path_parameters={"preview_id": preview_id}, query={"wait": 1}
+    )
     assert waited.status_code == 200 and waited.json()["status"] == "executed"
-    assert call(shop, "/api/agent/previews/{preview_id}", "GET", path_parameters={"preview_id": preview_id},
-                query={"wait": -1}).status_code == 400
+    assert (
+        call(
+            shop,
+            "/api/agent/previews/{preview_id}",
+            "GET",
+            path_parameters={"preview_id": preview_id},
+            query={"wait": -1},
+        ).status_code
+        == 400
+    )
     listed = call(shop, "/api/agent/previews", "GET", query={"status": "executed,awaiting_staff"})
     assert listed.status_code == 200 and preview_id in [item["preview"]["id"] for item in listed.json()["results"]]
     assert call(shop, "/api/agent/previews", "GET", query={"status": "nonsense"}).status_code == 400
@@ -215,5 +243,13 @@ def test_every_documented_answer_of_the_other_operations_matches_the_schema(shop
     assert call(shop, "/api/agent/sessions", "POST", body={"ttl_seconds": 1}).status_code == 400
     assert call(shop, "/api/agent/sessions", "POST", body={}, headers={}, cookies={}).status_code == 403  # no login
     assert call(shop, "/api/agent/sessions", "POST", body={}, headers={}).status_code == 403  # no CSRF token
-    assert call(shop, "/api/agent/sessions", "POST", body="tools=refund_order",
-                media_type="application/x-www-form-urlencoded").status_code == 415
+    assert (
+        call(
+            shop,
+            "/api/agent/sessions",
+            "POST",
+            body="tools=refund_order",
+            media_type="application/x-www-form-urlencoded",
+        ).status_code
+        == 415
+    )

@@ -156,9 +156,7 @@ def test_same_description_same_arguments_different_customer_different_answer(ali
 
 
 def test_the_agents_claimed_reply_cannot_be_sent_as_part_of_the_call(alice_agent, o12):
-    response = alice_agent.post(
-        "/api/agent/tool-calls", {**OWN_CALL, "result": FRIEND_REPLY}, format="json"
-    )
+    response = alice_agent.post("/api/agent/tool-calls", {**OWN_CALL, "result": FRIEND_REPLY}, format="json")
     assert response.status_code == 400
     assert "result" in response.json()["error"]["fields"]
     assert Preview.objects.count() == 0

@@ -90,7 +90,10 @@ def test_only_the_first_of_the_four_passes(alice_agent, ord4417):
 
     assert [a.status_code for a in answers] == [201, 422, 422, 422]
     assert [a.json().get("error", {}).get("code") for a in answers] == [
-        None, "amount_exceeds_remaining", "order_unavailable", "zero_amount",
+        None,
+        "amount_exceeds_remaining",
+        "order_unavailable",
+        "zero_amount",
     ]
     assert Preview.objects.count() == 1
     assert Refund.objects.count() == 0
@@ -100,7 +103,9 @@ def test_only_the_first_of_the_four_passes(alice_agent, ord4417):
     records = AuditRecord.objects.filter(event__in=["proposed", "proposal_refused"]).order_by("id")
     assert [r.event for r in records] == ["proposed", "proposal_refused", "proposal_refused", "proposal_refused"]
     assert [r.result.get("error", {}).get("code") for r in records[1:]] == [
-        "amount_exceeds_remaining", "order_unavailable", "zero_amount",
+        "amount_exceeds_remaining",
+        "order_unavailable",
+        "zero_amount",
     ]
 
 
@@ -122,8 +127,11 @@ def test_the_remaining_amount_accounts_for_earlier_refunds(alice_agent, ord4417)
 def late_order(alice, days: int) -> Order:
     placed = datetime.date(2026, 8, 2)
     return OrderFactory(
-        number=f"LATE-{days}", customer=alice, total_minor=2499,
-        placed_at=placed, delivered_at=placed + datetime.timedelta(days=days),
+        number=f"LATE-{days}",
+        customer=alice,
+        total_minor=2499,
+        placed_at=placed,
+        delivered_at=placed + datetime.timedelta(days=days),
     )
 
 
@@ -211,8 +219,12 @@ def test_the_whole_remaining_amount_is_allowed(alice_agent, ord4417):
 
 def seed_order(**overrides) -> Order:
     values = {
-        "number": "ORD-4417", "currency": "EUR", "total_minor": 2499, "refunded_minor": 0,
-        "status": OrderStatus.DELIVERED, "placed_at": datetime.date(2026, 8, 2),
+        "number": "ORD-4417",
+        "currency": "EUR",
+        "total_minor": 2499,
+        "refunded_minor": 0,
+        "status": OrderStatus.DELIVERED,
+        "placed_at": datetime.date(2026, 8, 2),
         "delivered_at": datetime.date(2026, 8, 4),
     }
     values.update(overrides)
@@ -274,11 +286,17 @@ def test_policy_function_fully_refunded_order_has_nothing_remaining():
 def test_policy_checks_report_every_rule_in_order():
     checks = refund_policy_checks(order=seed_order(), amount_minor=24990, reason="late")
     assert [check.rule for check, _ in checks] == [
-        "order_refundable", "amount_not_zero", "amount_within_remaining", "reason_applies",
+        "order_refundable",
+        "amount_not_zero",
+        "amount_within_remaining",
+        "reason_applies",
     ]
     assert [check.passed for check, _ in checks] == [True, True, False, False]
     assert [refusal.code if refusal else None for _, refusal in checks] == [
-        None, None, "amount_exceeds_remaining", "reason_not_applicable",
+        None,
+        None,
+        "amount_exceeds_remaining",
+        "reason_not_applicable",
     ]
     # The first failure wins.
     assert refusal_of(order=seed_order(), amount_minor=24990, reason="late").code == "amount_exceeds_remaining"

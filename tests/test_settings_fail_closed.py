@@ -14,11 +14,13 @@ SHOW = "import django; django.setup(); from django.conf import settings as s; pr
 
 
 def _python(code, **env_vars):
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("DEBUG", "DEMO", "SECRET_KEY", "DATABASE_URL", "REQUIRE_POSTGRES")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("DEBUG", "DEMO", "SECRET_KEY", "DATABASE_URL", "REQUIRE_POSTGRES")
+    }
     env.update({"DJANGO_SETTINGS_MODULE": "config.settings", **env_vars})
-    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
 
 
 def test_with_no_environment_the_settings_refuse_to_start():
@@ -38,8 +40,10 @@ def test_a_key_alone_is_production_debug_stays_off():
     assert result.stdout.split() == ["False", "a-long-r"], result.stderr
 
 
-@pytest.mark.parametrize(("extra", "expected"), [({"DEMO": "1"}, "True"), ({"DEBUG": "true"}, "True"),
-                                                 ({"DEMO": "1", "DEBUG": "false"}, "False")])
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [({"DEMO": "1"}, "True"), ({"DEBUG": "true"}, "True"), ({"DEMO": "1", "DEBUG": "false"}, "False")],
+)
 def test_the_demo_values_only_when_asked_for(extra, expected):
     result = _python(SHOW, **extra)
     assert result.stdout.split() == [expected, "insecure"], result.stderr
@@ -66,8 +70,11 @@ def test_make_run_asks_for_the_demo_explicitly():
 
 
 def test_sqlite_waits_for_the_lock_instead_of_failing(settings):
-    result = _python("import django; django.setup(); from django.conf import settings as s; "
-                     "import json; print(json.dumps(s.DATABASES['default']['OPTIONS']))", DEMO="1")
+    result = _python(
+        "import django; django.setup(); from django.conf import settings as s; "
+        "import json; print(json.dumps(s.DATABASES['default']['OPTIONS']))",
+        DEMO="1",
+    )
     options = json.loads(result.stdout)
     assert options["timeout"] >= 20
     assert options["transaction_mode"] == "IMMEDIATE"

@@ -28,8 +28,14 @@ CUSTOMERS = 6
 ORDERS_EACH = 3
 PROPOSALS_EACH = 8
 PASSWORD = "soak-pass-for-tests"
-TERMINAL = {PreviewStatus.EXECUTED, PreviewStatus.FAILED, PreviewStatus.SUPERSEDED, PreviewStatus.DECLINED,
-            PreviewStatus.EXPIRED, PreviewStatus.REJECTED}
+TERMINAL = {
+    PreviewStatus.EXECUTED,
+    PreviewStatus.FAILED,
+    PreviewStatus.SUPERSEDED,
+    PreviewStatus.DECLINED,
+    PreviewStatus.EXPIRED,
+    PreviewStatus.REJECTED,
+}
 
 
 def _customer_run(base_url, username, token, order_numbers, seed, outcomes, lock):
@@ -42,18 +48,21 @@ def _customer_run(base_url, username, token, order_numbers, seed, outcomes, lock
     browser.post(
         f"{base_url}/accounts/login/",
         data={"username": username, "password": PASSWORD, "csrfmiddlewaretoken": browser.cookies["csrftoken"]},
-        headers={"Referer": f"{base_url}/accounts/login/"}, timeout=10,
+        headers={"Referer": f"{base_url}/accounts/login/"},
+        timeout=10,
     )
     for n in range(PROPOSALS_EACH):
         order = rng.choice(order_numbers)
         amount = rng.choice([100, 250, 400, 5000])  # 5000 exceeds every order: refused
         key = f"{username}-{n}"
         body = {"name": "refund_order", "arguments": {"order_id": order, "amount_minor": amount, "reason": "damaged"}}
-        answers = [agent.post(f"{base_url}/api/agent/tool-calls", json=body, headers={"Idempotency-Key": key},
-                              timeout=30)]
+        answers = [
+            agent.post(f"{base_url}/api/agent/tool-calls", json=body, headers={"Idempotency-Key": key}, timeout=30)
+        ]
         if rng.random() < 0.3:  # the agent retries the same call: a replay
-            answers.append(agent.post(f"{base_url}/api/agent/tool-calls", json=body,
-                                      headers={"Idempotency-Key": key}, timeout=30))
+            answers.append(
+                agent.post(f"{base_url}/api/agent/tool-calls", json=body, headers={"Idempotency-Key": key}, timeout=30)
+            )
         with lock:
             outcomes["statuses"].extend(a.status_code for a in answers)
         first = answers[0]
@@ -68,7 +77,9 @@ def _customer_run(base_url, username, token, order_numbers, seed, outcomes, lock
         response = browser.post(
             f"{base_url}/previews/{preview['id']}/{action}",
             data={"digest": digest.group(1), "csrfmiddlewaretoken": browser.cookies["csrftoken"]},
-            headers={"Referer": preview["confirm_url"]}, timeout=30, allow_redirects=False,
+            headers={"Referer": preview["confirm_url"]},
+            timeout=30,
+            allow_redirects=False,
         )
         with lock:
             outcomes["decisions"].append(response.status_code)
@@ -87,8 +98,7 @@ def test_soak_many_agents_two_workers_and_a_flaky_provider_keep_every_invariant(
         numbers = []
         for o in range(ORDERS_EACH):
             number = f"S-{c}-{o}"
-            OrderFactory(number=number, customer=customer, currency="EUR", total_minor=1000,
-                         payment_ref=f"pi_{number}")
+            OrderFactory(number=number, customer=customer, currency="EUR", total_minor=1000, payment_ref=f"pi_{number}")
             fake.add_payment_intent(f"pi_{number}", amount=1000, currency="eur")
             numbers.append(number)
         _session, token = agent_session_create(user=customer, tools=["refund_order"])
@@ -97,11 +107,16 @@ def test_soak_many_agents_two_workers_and_a_flaky_provider_keep_every_invariant(
     # Faults spread over the run: 500s, time-outs after the refund was recorded, key-in-use conflicts.
     rng = random.Random(7)
     for _ in range(12):
-        rng.choice([lambda: fake.fail_next(1), lambda: fake.time_out_next(1, seconds=1.5),
-                    lambda: fake.conflict_next(1)])()
+        rng.choice(
+            [lambda: fake.fail_next(1), lambda: fake.time_out_next(1, seconds=1.5), lambda: fake.conflict_next(1)]
+        )()
 
-    worker_env = (("PAYMENT_GATEWAY", "stripe"), ("STRIPE_API_KEY", "sk_test_x"), ("STRIPE_API_BASE", fake.url),
-                  ("STRIPE_TIMEOUT_SECONDS", "1"))
+    worker_env = (
+        ("PAYMENT_GATEWAY", "stripe"),
+        ("STRIPE_API_KEY", "sk_test_x"),
+        ("STRIPE_API_BASE", fake.url),
+        ("STRIPE_TIMEOUT_SECONDS", "1"),
+    )
     workers = [start_worker(settings.REDIS_URL, *worker_env, name=f"soak{i}") for i in range(2)]
     outcomes, lock = defaultdict(list), threading.Lock()
     try:
@@ -145,8 +160,11 @@ def test_soak_many_agents_two_workers_and_a_flaky_provider_keep_every_invariant(
     for preview in executed.prefetch_related("approvals"):
         roles = {a.role for a in preview.approvals.all() if a.digest == preview.digest}
         assert set(preview.required_approvals) <= roles, preview.pk
-    assert not Preview.objects.exclude(status__in=TERMINAL).filter(approvals__isnull=False,
-                                                                  status=PreviewStatus.AWAITING_CUSTOMER).exists()
+    assert (
+        not Preview.objects.exclude(status__in=TERMINAL)
+        .filter(approvals__isnull=False, status=PreviewStatus.AWAITING_CUSTOMER)
+        .exists()
+    )
 
     # Every audit record, written concurrently, is sealed exactly once and the log verifies.
     seal_all()

@@ -23,8 +23,10 @@ def test_a_worker_killed_holding_the_lease_is_taken_over_after_it_expires_and_pa
     fake, alice, preview, stripe_env = proposed_stripe_refund()
     worker_env = (
         *stripe_env,
-        ("STRIPE_TIMEOUT_SECONDS", "30"), ("CELERY_VISIBILITY_TIMEOUT", "2"),
-        ("CELERY_UNACKED_RESTORE_INTERVAL", "1"), ("CELERY_UNACKED_RESTORE_THROTTLE", "1"),
+        ("STRIPE_TIMEOUT_SECONDS", "30"),
+        ("CELERY_VISIBILITY_TIMEOUT", "2"),
+        ("CELERY_UNACKED_RESTORE_INTERVAL", "1"),
+        ("CELERY_UNACKED_RESTORE_THROTTLE", "1"),
         # Shorter than the provider's time-out only so that the test need not wait: a real lease outlasts it.
         ("EXECUTION_LEASE_SECONDS", "4"),
     )
@@ -47,9 +49,7 @@ def test_a_worker_killed_holding_the_lease_is_taken_over_after_it_expires_and_pa
 
             def swept_and_executed():
                 executions_dispatch_stalled()  # the beat's sweeper: only an expired lease is taken over
-                return wait_for(
-                    lambda: Preview.objects.get(pk=preview.pk).status == PreviewStatus.EXECUTED, timeout=3
-                )
+                return wait_for(lambda: Preview.objects.get(pk=preview.pk).status == PreviewStatus.EXECUTED, timeout=3)
 
             executed = wait_for(swept_and_executed, timeout=90, interval=0.5)
     finally:
@@ -65,7 +65,8 @@ def test_a_worker_killed_holding_the_lease_is_taken_over_after_it_expires_and_pa
     assert (execution.outcome, execution.fencing_token) == ("succeeded", 2)
     starts = AuditRecord.objects.filter(preview=preview, event="execution_started").order_by("id")
     assert [(s.result["fencing_token"], s.result["took_over"], s.result["look_up_first"]) for s in starts] == [
-        (1, False, False), (2, True, True)
+        (1, False, False),
+        (2, True, True),
     ]
     assert "survivor" in starts[1].result["lease_owner"]
     refund = Refund.objects.get()

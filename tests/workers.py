@@ -42,9 +42,26 @@ def start_worker(redis_url: str, *extra_env: tuple[str, str], name: str = "w1") 
         **dict(extra_env),
     }
     return subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "config", "worker", "--pool=solo", "--loglevel=INFO",
-         "--without-gossip", "--without-mingle", "--without-heartbeat", "-n", f"{name}@%h"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "config",
+            "worker",
+            "--pool=solo",
+            "--loglevel=INFO",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "-n",
+            f"{name}@%h",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         start_new_session=True,
     )
 
@@ -85,7 +102,8 @@ class PrivateRedis:
         assert binary, "redis-server is not installed"
         self.process = subprocess.Popen(
             [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         assert wait_for(self._answers, timeout=10), "redis-server did not start"
 

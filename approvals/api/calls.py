@@ -49,7 +49,12 @@ def raw_arguments_text(arguments: Any) -> str:
 
 
 def audit_rejected_call(
-    *, session: AgentSession, event: AuditEvent, tool_name: str, raw_arguments: str, error: dict[str, Any],
+    *,
+    session: AgentSession,
+    event: AuditEvent,
+    tool_name: str,
+    raw_arguments: str,
+    error: dict[str, Any],
     call_id: str | None = None,
 ) -> None:
     """Count a call refused before the policy; audit it in full only while few came this minute."""
@@ -58,7 +63,11 @@ def audit_rejected_call(
     )
     if rejected_call_audit_due(count):
         proposal_audit_rejected(
-            agent_session=session, event=event, tool_name=tool_name, raw_arguments=raw_arguments, error=error,
+            agent_session=session,
+            event=event,
+            tool_name=tool_name,
+            raw_arguments=raw_arguments,
+            error=error,
             call_id=call_id,
         )
 
@@ -96,8 +105,12 @@ def tool_call(
     def reject(http_status: int, event: AuditEvent, code: str, message: str, **facts: Any) -> CallAnswer:
         body = storable(error_body(code, message, **facts))
         audit_rejected_call(
-            session=session, event=event, tool_name=storable(tool_name), raw_arguments=storable(raw_arguments),
-            error=body["error"], call_id=storable(call_id),
+            session=session,
+            event=event,
+            tool_name=storable(tool_name),
+            raw_arguments=storable(raw_arguments),
+            error=body["error"],
+            call_id=storable(call_id),
         )
         if call_id is not None:
             body["call_id"] = call_id
@@ -107,25 +120,41 @@ def tool_call(
     if action is None:
         return reject(404, AuditEvent.PROPOSAL_INVALID, "unknown_tool", f"There is no tool named {tool_name!r}.")
     if tool_name not in session.tools:
-        return reject(403, AuditEvent.PROPOSAL_FORBIDDEN, "tool_not_allowed",
-                      f"This agent session may not use the tool {tool_name!r}.")
+        return reject(
+            403,
+            AuditEvent.PROPOSAL_FORBIDDEN,
+            "tool_not_allowed",
+            f"This agent session may not use the tool {tool_name!r}.",
+        )
     if isinstance(arguments, str):
         try:
             arguments = strict_json_loads(arguments)
         except StrictJSONError as error:
-            return reject(400, AuditEvent.PROPOSAL_INVALID, "invalid_arguments",
-                          f"The arguments string is not valid JSON: {error}")
+            return reject(
+                400,
+                AuditEvent.PROPOSAL_INVALID,
+                "invalid_arguments",
+                f"The arguments string is not valid JSON: {error}",
+            )
     if not isinstance(arguments, dict):
         return reject(400, AuditEvent.PROPOSAL_INVALID, "invalid_arguments", "The arguments must be a JSON object.")
     parsed = action.arguments_serializer(data=arguments)
     if not parsed.is_valid():
-        return reject(400, AuditEvent.PROPOSAL_INVALID, "invalid_arguments",
-                      "The arguments do not match the tool's input schema.", fields=parsed.errors)
+        return reject(
+            400,
+            AuditEvent.PROPOSAL_INVALID,
+            "invalid_arguments",
+            "The arguments do not match the tool's input schema.",
+            fields=parsed.errors,
+        )
 
     def propose() -> tuple[int, dict[str, Any]]:
         outcome = proposal_submit(
-            agent_session=session, action=action, arguments=dict(parsed.validated_data),
-            raw_arguments=raw_arguments, call_id=call_id,
+            agent_session=session,
+            action=action,
+            arguments=dict(parsed.validated_data),
+            raw_arguments=raw_arguments,
+            call_id=call_id,
         )
         if outcome.kind == "refused":
             body = error_body(**outcome.refusal.as_dict())
@@ -141,8 +170,12 @@ def tool_call(
         http_status, body = propose()
         return CallAnswer(http_status, body)
     if not IDEMPOTENCY_KEY.match(idempotency_key):
-        return reject(400, AuditEvent.PROPOSAL_INVALID, "invalid_idempotency_key",
-                      "The Idempotency-Key header must be 1 to 255 visible ASCII characters.")
+        return reject(
+            400,
+            AuditEvent.PROPOSAL_INVALID,
+            "invalid_idempotency_key",
+            "The Idempotency-Key header must be 1 to 255 visible ASCII characters.",
+        )
     fingerprint = digest_of({"name": tool_name, "arguments": arguments, "call_id": call_id})
     replayed: list[bool] = [True]
 

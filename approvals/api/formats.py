@@ -28,19 +28,63 @@ from ..registry import Action, registry
 FORMATS = ("openai", "openai-responses", "anthropic", "mcp", "gemini")
 
 # OpenAI's strict mode: the keywords it documents for function parameters, and the string formats.
-OPENAI_STRICT_KEYWORDS = frozenset({
-    "type", "description", "properties", "required", "additionalProperties", "enum", "const", "anyOf",
-    "items", "pattern", "format", "$defs", "$ref",
-})
-OPENAI_STRICT_FORMATS = frozenset({
-    "date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid",
-})
+OPENAI_STRICT_KEYWORDS = frozenset(
+    {
+        "type",
+        "description",
+        "properties",
+        "required",
+        "additionalProperties",
+        "enum",
+        "const",
+        "anyOf",
+        "items",
+        "pattern",
+        "format",
+        "$defs",
+        "$ref",
+    }
+)
+OPENAI_STRICT_FORMATS = frozenset(
+    {
+        "date-time",
+        "time",
+        "date",
+        "duration",
+        "email",
+        "hostname",
+        "ipv4",
+        "ipv6",
+        "uuid",
+    }
+)
 # Gemini's Schema object (an OpenAPI 3.0 subset).
-GEMINI_KEYWORDS = frozenset({
-    "type", "format", "title", "description", "nullable", "enum", "maxItems", "minItems", "properties",
-    "required", "minProperties", "maxProperties", "minLength", "maxLength", "pattern", "example", "anyOf",
-    "propertyOrdering", "default", "items", "minimum", "maximum",
-})
+GEMINI_KEYWORDS = frozenset(
+    {
+        "type",
+        "format",
+        "title",
+        "description",
+        "nullable",
+        "enum",
+        "maxItems",
+        "minItems",
+        "properties",
+        "required",
+        "minProperties",
+        "maxProperties",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "example",
+        "anyOf",
+        "propertyOrdering",
+        "default",
+        "items",
+        "minimum",
+        "maximum",
+    }
+)
 GEMINI_FORMATS = {"integer": {"int32", "int64"}, "number": {"float", "double"}, "string": {"enum", "date-time"}}
 
 
@@ -51,8 +95,11 @@ def session_actions(session: AgentSession) -> list[Action]:
 
 def tool_definition(action: Action) -> dict[str, Any]:
     """The contract's shape: name, description and the serializer's JSON Schema."""
-    return {"name": action.name, "description": action.description,
-            "input_schema": input_json_schema(action.arguments_serializer)}
+    return {
+        "name": action.name,
+        "description": action.description,
+        "input_schema": input_json_schema(action.arguments_serializer),
+    }
 
 
 def tool_annotations(action: Action) -> dict[str, Any]:
@@ -137,27 +184,49 @@ def tool_listing(session: AgentSession, output: str | None) -> Any:
         return {"tools": tools}
     if output == "openai":
         return [
-            {"type": "function", "function": {"name": t["name"], "description": t["description"],
-                                              "parameters": strict_openai_schema(t["input_schema"]), "strict": True}}
+            {
+                "type": "function",
+                "function": {
+                    "name": t["name"],
+                    "description": t["description"],
+                    "parameters": strict_openai_schema(t["input_schema"]),
+                    "strict": True,
+                },
+            }
             for t in tools
         ]
     if output == "openai-responses":
         return [
-            {"type": "function", "name": t["name"], "description": t["description"],
-             "parameters": strict_openai_schema(t["input_schema"]), "strict": True}
+            {
+                "type": "function",
+                "name": t["name"],
+                "description": t["description"],
+                "parameters": strict_openai_schema(t["input_schema"]),
+                "strict": True,
+            }
             for t in tools
         ]
     if output == "anthropic":
         return [{"name": t["name"], "description": t["description"], "input_schema": t["input_schema"]} for t in tools]
     if output == "mcp":
-        return {"tools": [
-            {"name": t["name"], "description": t["description"], "inputSchema": t["input_schema"],
-             "annotations": tool_annotations(action)}
-            for t, action in zip(tools, actions, strict=True)
-        ]}
+        return {
+            "tools": [
+                {
+                    "name": t["name"],
+                    "description": t["description"],
+                    "inputSchema": t["input_schema"],
+                    "annotations": tool_annotations(action),
+                }
+                for t, action in zip(tools, actions, strict=True)
+            ]
+        }
     if output == "gemini":
-        return [{"functionDeclarations": [
-            {"name": t["name"], "description": t["description"], "parameters": gemini_schema(t["input_schema"])}
-            for t in tools
-        ]}]
+        return [
+            {
+                "functionDeclarations": [
+                    {"name": t["name"], "description": t["description"], "parameters": gemini_schema(t["input_schema"])}
+                    for t in tools
+                ]
+            }
+        ]
     raise ValueError(f"Unknown format {output!r}")

@@ -21,12 +21,19 @@ from ..models import ExecutionOutcome, Preview, PreviewStatus
 from ..services import preview_refresh
 
 # A preview in these states changes no more (needs_attention still ends in executed or failed).
-FINAL_STATUSES = frozenset({
-    PreviewStatus.EXECUTED, PreviewStatus.DECLINED, PreviewStatus.REJECTED, PreviewStatus.EXPIRED,
-    PreviewStatus.SUPERSEDED, PreviewStatus.FAILED,
-})
-FINAL_OUTCOMES = frozenset({ExecutionOutcome.SUCCEEDED, ExecutionOutcome.REFUSED_BEFORE_EFFECT,
-                            ExecutionOutcome.FAILED_AFTER_CHECK})
+FINAL_STATUSES = frozenset(
+    {
+        PreviewStatus.EXECUTED,
+        PreviewStatus.DECLINED,
+        PreviewStatus.REJECTED,
+        PreviewStatus.EXPIRED,
+        PreviewStatus.SUPERSEDED,
+        PreviewStatus.FAILED,
+    }
+)
+FINAL_OUTCOMES = frozenset(
+    {ExecutionOutcome.SUCCEEDED, ExecutionOutcome.REFUSED_BEFORE_EFFECT, ExecutionOutcome.FAILED_AFTER_CHECK}
+)
 
 
 def _state(preview_id: Any) -> tuple[str, str | None] | None:

@@ -99,17 +99,26 @@ UNAUTHORIZED = error_response("No, malformed, unknown, expired or revoked agent 
 THROTTLED = error_response("Too many calls from this agent session (with Retry-After).")
 AUTH_HEADERS = [
     OpenApiParameter(
-        "WWW-Authenticate", {"type": "string", "enum": ['Bearer realm="agent"']}, OpenApiParameter.HEADER,
-        required=True, response=[401], description="The agent token scheme.",
+        "WWW-Authenticate",
+        {"type": "string", "enum": ['Bearer realm="agent"']},
+        OpenApiParameter.HEADER,
+        required=True,
+        response=[401],
+        description="The agent token scheme.",
     ),
     OpenApiParameter(
-        "Retry-After", {"type": "integer", "minimum": 1}, OpenApiParameter.HEADER,
-        required=True, response=[429], description="Seconds until the next call is accepted.",
+        "Retry-After",
+        {"type": "integer", "minimum": 1},
+        OpenApiParameter.HEADER,
+        required=True,
+        response=[429],
+        description="Seconds until the next call is accepted.",
     ),
 ]
 
 
 # Previews ---------------------------------------------------------------------------------------
+
 
 class PreviewFailureSerializer(serializers.Serializer):
     code = serializers.CharField()
@@ -285,8 +294,12 @@ GEMINI_TOOL = inline_serializer(
 TOOL_LISTING = PolymorphicProxySerializer(
     component_name="ToolListing",
     serializers=[
-        TOOL_LIST, type(OPENAI_TOOL)(many=True), type(OPENAI_RESPONSES_TOOL)(many=True),
-        type(ANTHROPIC_TOOL)(many=True), MCP_TOOL_LIST, type(GEMINI_TOOL)(many=True),
+        TOOL_LIST,
+        type(OPENAI_TOOL)(many=True),
+        type(OPENAI_RESPONSES_TOOL)(many=True),
+        type(ANTHROPIC_TOOL)(many=True),
+        MCP_TOOL_LIST,
+        type(GEMINI_TOOL)(many=True),
     ],
     resource_type_field_name=None,
     many=False,
@@ -294,7 +307,9 @@ TOOL_LISTING = PolymorphicProxySerializer(
 
 PREVIEW_ID = OpenApiParameter("preview_id", OpenApiTypes.UUID, OpenApiParameter.PATH)
 IDEMPOTENCY_KEY_PARAMETER = OpenApiParameter(
-    "Idempotency-Key", {"type": "string", "pattern": "^[!-~]{1,255}$", "minLength": 1, "maxLength": 255},
-    OpenApiParameter.HEADER, required=False,
+    "Idempotency-Key",
+    {"type": "string", "pattern": "^[!-~]{1,255}$", "minLength": 1, "maxLength": 255},
+    OpenApiParameter.HEADER,
+    required=False,
     description="Replays the first answer for the same body; 409 for a different body.",
 )

@@ -55,6 +55,7 @@ PREVIEW_WAIT_LIMIT = 60  # what a client may ask for; the server caps the wait l
 PREVIEW_PAGE_SIZE = 20
 PREVIEW_PAGE_SIZE_MAX = 100
 
+
 class AgentAPIView(APIView):
     authentication_classes = [AgentTokenAuthentication]
     throttle_classes = [AgentSessionThrottle, AgentUserThrottle]
@@ -78,7 +79,9 @@ class AgentAPIView(APIView):
             )
             if rejected_call_audit_due(count):
                 proposal_audit_rejected(
-                    agent_session=session, event=AuditEvent.CALL_THROTTLED, tool_name="",
+                    agent_session=session,
+                    event=AuditEvent.CALL_THROTTLED,
+                    tool_name="",
                     raw_arguments=storable(body[:SAMPLE_CHARACTERS]),
                     error={"code": "throttled", "calls_this_minute": count, "path": request.path[:200]},
                 )
@@ -100,9 +103,14 @@ class ToolListView(AgentAPIView):
     @extend_schema(
         operation_id="list_tools",
         parameters=[
-            OpenApiParameter("format", str, enum=list(FORMATS), required=False,
-                             description="The shape of a model API's tool list (docs/agents.md); without it, "
-                             "the contract's own shape."),
+            OpenApiParameter(
+                "format",
+                str,
+                enum=list(FORMATS),
+                required=False,
+                description="The shape of a model API's tool list (docs/agents.md); without it, "
+                "the contract's own shape.",
+            ),
             *AUTH_HEADERS,
         ],
         responses={
@@ -116,8 +124,7 @@ class ToolListView(AgentAPIView):
         output = request.query_params.get("format")
         if output is not None and output not in FORMATS:
             return Response(
-                error_body("invalid_request",
-                           f"Unknown format {output[:40]!r}; the formats are {', '.join(FORMATS)}."),
+                error_body("invalid_request", f"Unknown format {output[:40]!r}; the formats are {', '.join(FORMATS)}."),
                 status=status.HTTP_400_BAD_REQUEST,
             )
         return Response(tool_listing(request.auth, output))
@@ -149,7 +156,9 @@ class ToolCallView(AgentAPIView):
             # Not even JSON: still a tool call from this session, audited with the body as received
             # and the error code the caller gets (malformed_request, unsupported_media_type).
             audit_rejected_call(
-                session=session, event=AuditEvent.PROPOSAL_INVALID, tool_name="",
+                session=session,
+                event=AuditEvent.PROPOSAL_INVALID,
+                tool_name="",
                 raw_arguments=storable(getattr(request, "raw_body_text", "")),
                 error=storable({"code": error_code(error), "message": str(error.detail)}),
             )
@@ -158,17 +167,23 @@ class ToolCallView(AgentAPIView):
         tool_name = tool_name if isinstance(tool_name, str) else ""
         envelope = ToolCallSerializer(data=data)
         if not envelope.is_valid():
-            body = storable(error_body("invalid_request", "The tool call envelope is malformed.",
-                                       fields=envelope.errors))
+            body = storable(
+                error_body("invalid_request", "The tool call envelope is malformed.", fields=envelope.errors)
+            )
             audit_rejected_call(
-                session=session, event=AuditEvent.PROPOSAL_INVALID, tool_name=storable(tool_name),
+                session=session,
+                event=AuditEvent.PROPOSAL_INVALID,
+                tool_name=storable(tool_name),
                 raw_arguments=storable(raw_arguments_text(data.get("arguments") if isinstance(data, dict) else None)),
                 error=body["error"],
             )
             return Response(body, status=status.HTTP_400_BAD_REQUEST)
         answer = tool_call(
-            session=session, tool_name=tool_name, arguments=envelope.validated_data["arguments"],
-            call_id=envelope.validated_data.get("call_id"), idempotency_key=request.headers.get("Idempotency-Key"),
+            session=session,
+            tool_name=tool_name,
+            arguments=envelope.validated_data["arguments"],
+            call_id=envelope.validated_data.get("call_id"),
+            idempotency_key=request.headers.get("Idempotency-Key"),
             base_url=self.base_url(),
         )
         return Response(answer.body, status=answer.http_status)
@@ -200,7 +215,9 @@ class PreviewStatusView(AgentAPIView):
         parameters=[
             PREVIEW_ID,
             OpenApiParameter(
-                "wait", {"type": "integer", "minimum": 0, "maximum": PREVIEW_WAIT_LIMIT}, required=False,
+                "wait",
+                {"type": "integer", "minimum": 0, "maximum": PREVIEW_WAIT_LIMIT},
+                required=False,
                 description="Long-poll: answer as soon as the status or outcome changes, or after this many "
                 "seconds (capped by the server, AGENT_PREVIEW_WAIT_MAX_SECONDS; ask again).",
             ),
@@ -234,8 +251,9 @@ class PreviewStatusView(AgentAPIView):
 
 
 class PreviewListSerializer(StrictSerializer):
-    status = StrictCharField(required=False, max_length=400,
-                             help_text="Comma-separated statuses to keep, e.g. awaiting_customer,approved.")
+    status = StrictCharField(
+        required=False, max_length=400, help_text="Comma-separated statuses to keep, e.g. awaiting_customer,approved."
+    )
     page = StrictIntegerField(min_value=1, max_value=100000, required=False)
     page_size = StrictIntegerField(min_value=1, max_value=PREVIEW_PAGE_SIZE_MAX, required=False)
 
@@ -243,8 +261,9 @@ class PreviewListSerializer(StrictSerializer):
         statuses = [part.strip() for part in value.split(",") if part.strip()]
         unknown = sorted(set(statuses) - set(PreviewStatus.values))
         if unknown or not statuses:
-            raise ValidationError(f"Unknown status {', '.join(unknown) or value!r}; "
-                                  f"the statuses are {', '.join(PreviewStatus.values)}.")
+            raise ValidationError(
+                f"Unknown status {', '.join(unknown) or value!r}; the statuses are {', '.join(PreviewStatus.values)}."
+            )
         return statuses
 
 
@@ -252,11 +271,19 @@ class PreviewListView(AgentAPIView):
     @extend_schema(
         operation_id="list_previews",
         parameters=[
-            OpenApiParameter("status", str, required=False,
-                             description="Comma-separated statuses to keep, e.g. `awaiting_customer,approved`."),
+            OpenApiParameter(
+                "status",
+                str,
+                required=False,
+                description="Comma-separated statuses to keep, e.g. `awaiting_customer,approved`.",
+            ),
             OpenApiParameter("page", {"type": "integer", "minimum": 1, "maximum": 100000}, required=False),
-            OpenApiParameter("page_size", {"type": "integer", "minimum": 1, "maximum": PREVIEW_PAGE_SIZE_MAX},
-                             required=False, description=f"Default {PREVIEW_PAGE_SIZE}."),
+            OpenApiParameter(
+                "page_size",
+                {"type": "integer", "minimum": 1, "maximum": PREVIEW_PAGE_SIZE_MAX},
+                required=False,
+                description=f"Default {PREVIEW_PAGE_SIZE}.",
+            ),
             *AUTH_HEADERS,
         ],
         responses={
@@ -270,7 +297,7 @@ class PreviewListView(AgentAPIView):
         query = _query(request, PreviewListSerializer)
         page, size = query.get("page", 1), query.get("page_size", PREVIEW_PAGE_SIZE)
         previews = session_previews(request.auth, query.get("status"))
-        rows = list(previews[(page - 1) * size: page * size + 1])
+        rows = list(previews[(page - 1) * size : page * size + 1])
         base_url = self.base_url()
 
         def link(number: int) -> str:
@@ -278,12 +305,14 @@ class PreviewListView(AgentAPIView):
             params["page"] = str(number)
             return request.build_absolute_uri(f"{request.path}?{params.urlencode()}")
 
-        return Response({
-            "results": [preview_envelope(preview, base_url=base_url) for preview in rows[:size]],
-            "page": page,
-            "next": link(page + 1) if len(rows) > size else None,
-            "previous": link(page - 1) if page > 1 else None,
-        })
+        return Response(
+            {
+                "results": [preview_envelope(preview, base_url=base_url) for preview in rows[:size]],
+                "page": page,
+                "next": link(page + 1) if len(rows) > size else None,
+                "previous": link(page - 1) if page > 1 else None,
+            }
+        )
 
 
 class PreviewReceiptView(AgentAPIView):
@@ -320,7 +349,8 @@ class AgentSessionCreateSerializer(StrictSerializer):
     ttl_seconds = StrictIntegerField(min_value=60, max_value=30 * 24 * 3600, required=False)
     label = StrictCharField(max_length=200, required=False, allow_blank=True)
     webhook_url = StrictCharField(
-        max_length=2000, required=False,
+        max_length=2000,
+        required=False,
         help_text="http(s) URL that receives every preview transition of this session (Standard Webhooks).",
     )
 
@@ -334,13 +364,17 @@ class AgentSessionCreateView(APIView):
         operation_id="create_agent_session",
         request=AgentSessionCreateSerializer,
         responses={
-            201: inline_serializer("AgentSessionCreated", fields={
-                "token": serializers.CharField(help_text="Shown once; only its hash is stored."),
-                "tools": serializers.ListField(child=serializers.CharField()),
-                "expires_at": serializers.DateTimeField(),
-                "webhook_secret": serializers.CharField(
-                    required=False, help_text="whsec_…: verifies the webhook's messages; shown once."),
-            }),
+            201: inline_serializer(
+                "AgentSessionCreated",
+                fields={
+                    "token": serializers.CharField(help_text="Shown once; only its hash is stored."),
+                    "tools": serializers.ListField(child=serializers.CharField()),
+                    "expires_at": serializers.DateTimeField(),
+                    "webhook_secret": serializers.CharField(
+                        required=False, help_text="whsec_…: verifies the webhook's messages; shown once."
+                    ),
+                },
+            ),
             400: error_response("A malformed request, or a webhook URL that is not http(s)."),
             403: error_response("Not logged in, no CSRF token, or a tool this person may not use."),
             415: error_response("The body is not application/json."),
@@ -361,15 +395,19 @@ class AgentSessionCreateView(APIView):
         try:
             with transaction.atomic():
                 session, token = agent_session_create(
-                    user=request.user, tools=tools,
+                    user=request.user,
+                    tools=tools,
                     ttl_seconds=data.validated_data.get("ttl_seconds"),
                     label=data.validated_data.get("label", ""),
                 )
                 secret = agent_session_webhook_set(session, webhook_url) if webhook_url is not None else None
         except ApplicationError as error:
             return Response(error_body(**error.as_dict()), status=status.HTTP_403_FORBIDDEN)
-        body = {"token": token, "tools": session.tools,
-                "expires_at": session.expires_at.isoformat().replace("+00:00", "Z")}
+        body = {
+            "token": token,
+            "tools": session.tools,
+            "expires_at": session.expires_at.isoformat().replace("+00:00", "Z"),
+        }
         if secret is not None:
             body["webhook_secret"] = secret
         return Response(body, status=status.HTTP_201_CREATED)

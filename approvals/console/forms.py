@@ -26,7 +26,9 @@ AGE_CHOICES = [
 
 class QueueFilterForm(forms.Form):
     q = forms.CharField(
-        label="Search order, invoice, customer or recipient", max_length=100, required=False,
+        label="Search order, invoice, customer or recipient",
+        max_length=100,
+        required=False,
         help_text="An order or invoice number, a customer's name or email, an invoice recipient, or a preview id.",
     )
     action = forms.ChoiceField(label="Action", required=False)
@@ -162,7 +164,8 @@ class CounterProposalForm(forms.Form):
 
 
 class ClaimForm(forms.Form):
-    operation = forms.ChoiceField(choices=[("claim", "Claim"), ("take_over", "Take over"), ("release", "Release"),
-                                           ("assign", "Assign")])
+    operation = forms.ChoiceField(
+        choices=[("claim", "Claim"), ("take_over", "Take over"), ("release", "Release"), ("assign", "Assign")]
+    )
     assignee = forms.IntegerField(required=False)
     next = forms.CharField(required=False, max_length=500)

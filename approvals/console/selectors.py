@@ -377,9 +377,7 @@ def failed_executions(*, user: AbstractBaseUser, page_number: Any = 1) -> tuple[
         reviewable_previews(user=user)
         .filter(status__in=[PreviewStatus.NEEDS_ATTENTION, PreviewStatus.FAILED])
         .select_related("actor")
-        .order_by(
-            Case(When(status=PreviewStatus.NEEDS_ATTENTION, then=0), default=1), "-status_changed_at", "pk"
-        )
+        .order_by(Case(When(status=PreviewStatus.NEEDS_ATTENTION, then=0), default=1), "-status_changed_at", "pk")
     )
     page = Paginator(failed, QUEUE_PAGE_SIZE).get_page(page_number)
     previews = list(page.object_list)

@@ -174,12 +174,14 @@ def preview_status(request: HttpRequest, preview_id: Any) -> JsonResponse:
     """The preview's state for the page's polling script (static/js/status.js)."""
     preview = preview_refresh(preview=_preview_or_404(request, preview_id))
     execution = preview_execution(preview)
-    response = JsonResponse({
-        "status": preview.status,
-        "state": preview_state_key(preview, execution),
-        "outcome": execution.outcome if execution else None,
-        "waiting": preview.status == PreviewStatus.APPROVED,
-    })
+    response = JsonResponse(
+        {
+            "status": preview.status,
+            "state": preview_state_key(preview, execution),
+            "outcome": execution.outcome if execution else None,
+            "waiting": preview.status == PreviewStatus.APPROVED,
+        }
+    )
     response["Cache-Control"] = "no-store"
     return response
 
@@ -325,9 +327,15 @@ def audit_export(request: HttpRequest) -> HttpResponse:
 @require_GET
 def agent_sessions(request: HttpRequest) -> HttpResponse:
     sessions = selectors.live_agent_sessions()
-    return render(request, "console/agent_sessions.html", {
-        "sessions": sessions, "nav": "sessions", "webhook_deliveries": webhook_deliveries_recent(),
-    })
+    return render(
+        request,
+        "console/agent_sessions.html",
+        {
+            "sessions": sessions,
+            "nav": "sessions",
+            "webhook_deliveries": webhook_deliveries_recent(),
+        },
+    )
 
 
 @reviewer_required
@@ -373,10 +381,17 @@ def bulk_decide(request: HttpRequest) -> HttpResponse:
             (item, selectors.queue_rows([previews[item.preview_id]])[0] if item.preview_id in previews else None)
             for item in form.items
         ]
-        return render(request, "console/bulk_confirm.html", {
-            "rows": rows, "decision": decision, "note": note, "nav": "queue",
-            "back": _back(request),
-        })
+        return render(
+            request,
+            "console/bulk_confirm.html",
+            {
+                "rows": rows,
+                "decision": decision,
+                "note": note,
+                "nav": "queue",
+                "back": _back(request),
+            },
+        )
     results = previews_decide_many(
         reviewer=request.user, items=form.items, decision=decision, note=note, allowed=allowed
     )
@@ -385,8 +400,10 @@ def bulk_decide(request: HttpRequest) -> HttpResponse:
     if done:
         plural = "s" if len(done) != 1 else ""
         messages.success(request, f"You {verb} {len(done)} preview{plural}; each is recorded on its own.")
-    summaries = {str(p.pk): selectors.queue_rows([p])[0].summary
-                 for p in allowed.filter(pk__in=[r.preview_id for r in results if not r.ok]).select_related("actor")}
+    summaries = {
+        str(p.pk): selectors.queue_rows([p])[0].summary
+        for p in allowed.filter(pk__in=[r.preview_id for r in results if not r.ok]).select_related("actor")
+    }
     for result in results:
         if not result.ok:
             summary = summaries.get(result.preview_id, result.preview_id)
@@ -433,16 +450,26 @@ def preview_counter_view(request: HttpRequest, preview_id: Any) -> HttpResponse:
     if not fields:
         return _detail(request, preview, status=409, error="This preview cannot be changed by a reviewer.")
     if not form.is_valid():
-        return _detail(request, preview, status=400, error="The change was incomplete; nothing was decided.",
-                       counter_form=form)
+        return _detail(
+            request, preview, status=400, error="The change was incomplete; nothing was decided.", counter_form=form
+        )
     try:
         new = preview_counter_propose(
             preview_id=preview.pk, reviewer=request.user, digest=form.cleaned_data["digest"], values=form.values()
         )
     except DecisionError as error:
-        return _detail(request, _preview_or_404(request, preview_id), status=409, error=error.message,
-                       error_code=error.code, counter_form=form)
-    asked = "the customer is asked to confirm it" if new.status == PreviewStatus.AWAITING_CUSTOMER else (
-        "another reviewer must approve it")
+        return _detail(
+            request,
+            _preview_or_404(request, preview_id),
+            status=409,
+            error=error.message,
+            error_code=error.code,
+            counter_form=form,
+        )
+    asked = (
+        "the customer is asked to confirm it"
+        if new.status == PreviewStatus.AWAITING_CUSTOMER
+        else ("another reviewer must approve it")
+    )
     messages.success(request, f"Your counter-proposal replaced the preview; {asked}. The agent is told.")
     return redirect("console:preview", preview_id=new.pk)

@@ -253,8 +253,18 @@ def test_preview_status_of_own_preview(alice_agent, o12):
     assert body["status"] == "awaiting_customer"
     assert body["preview"] == proposed["preview"]
     assert set(body["preview"]) == {
-        "id", "action", "order_id", "amount_minor", "currency", "reason", "status",
-        "expires_at", "required_approvals", "confirm_url", "executed", "outcome",
+        "id",
+        "action",
+        "order_id",
+        "amount_minor",
+        "currency",
+        "reason",
+        "status",
+        "expires_at",
+        "required_approvals",
+        "confirm_url",
+        "executed",
+        "outcome",
     }
     assert body["outcome"] is None and body["preview"]["outcome"] is None  # not approved: no execution yet
     assert body["preview"]["required_approvals"] == ["customer"]
@@ -270,7 +280,9 @@ def test_another_actors_preview_is_404_like_a_random_id(alice_agent, bob_agent, 
     assert foreign.status_code == missing.status_code == 404
     assert foreign.content == missing.content
     assert foreign.json() == {
-        "ok": False, "executed": False, "error": {"code": "not_found", "message": foreign.json()["error"]["message"]},
+        "ok": False,
+        "executed": False,
+        "error": {"code": "not_found", "message": foreign.json()["error"]["message"]},
     }
     assert foreign.json()["error"]["message"]
     assert bob_agent.get(f"/api/agent/previews/{bobs}").status_code == 200
@@ -409,8 +421,9 @@ def test_keys_belong_to_one_agent_session(alice, bob, o12, o17):
     assert stolen.json()["error"]["code"] == "order_unavailable"
     assert alices.json()["preview"]["id"] not in stolen.content.decode()
 
-    bobs = propose(bob_client, headers={"Idempotency-Key": "shared"}, order_id="o-17", amount_minor=500,
-                   reason="damaged")
+    bobs = propose(
+        bob_client, headers={"Idempotency-Key": "shared"}, order_id="o-17", amount_minor=500, reason="damaged"
+    )
     assert bobs.status_code == 409
     assert Preview.objects.count() == 1
 
@@ -420,9 +433,7 @@ def test_keys_belong_to_one_agent_session(alice, bob, o12, o17):
 
 def test_the_same_pending_proposal_twice_returns_the_same_preview(alice_agent, o12):
     first = propose(alice_agent, **GOOD)
-    second = alice_agent.post(
-        TOOL_CALLS, {"name": "refund_order", "arguments": json.dumps(GOOD)}, format="json"
-    )
+    second = alice_agent.post(TOOL_CALLS, {"name": "refund_order", "arguments": json.dumps(GOOD)}, format="json")
 
     assert first.status_code == 201
     assert second.status_code == 200
@@ -503,8 +514,9 @@ def test_strict_arguments_as_an_object(alice_agent, o12, arguments):
         pytest.param('{"order_id":"o-12","amount_minor":5e2,"reason":"damaged"}', id="amount-exponent"),
         pytest.param('{"order_id":"o-12","amount_minor":-1,"reason":"damaged"}', id="amount-negative"),
         pytest.param('{"order_id":"o-12","amount_minor":18446744073709551616,"reason":"damaged"}', id="amount-huge"),
-        pytest.param('{"order_id":"o-12","amount_minor":' + "9" * 5000 + ',"reason":"damaged"}',
-                     id="amount-5000-digits"),
+        pytest.param(
+            '{"order_id":"o-12","amount_minor":' + "9" * 5000 + ',"reason":"damaged"}', id="amount-5000-digits"
+        ),
         pytest.param('{"order_id":"o-12","amount_minor":true,"reason":"damaged"}', id="amount-bool"),
         pytest.param('{"order_id":"o-12","amount_minor":NaN,"reason":"damaged"}', id="amount-nan"),
         pytest.param('{"order_id":"o-12","amount_minor":Infinity,"reason":"damaged"}', id="amount-infinity"),
@@ -569,8 +581,9 @@ def test_a_body_that_is_not_an_object(alice_agent, o12, body):
 @pytest.mark.parametrize(
     "body",
     [
-        pytest.param('{"name":"refund_order","arguments":{"order_id":"o-12","amount_minor":NaN,"reason":"damaged"}}',
-                     id="nan"),
+        pytest.param(
+            '{"name":"refund_order","arguments":{"order_id":"o-12","amount_minor":NaN,"reason":"damaged"}}', id="nan"
+        ),
         pytest.param('{"name":"refund_order","name":"refund_order","arguments":{}}', id="duplicate-key"),
         pytest.param('{"name":"refund_order","arguments":', id="truncated"),
         pytest.param("name=refund_order", id="not-json"),
@@ -693,7 +706,9 @@ def test_a_logged_in_customer_mints_a_session_for_themselves(alice, o12, o17):
     browser = logged_in_browser(alice)
 
     response = browser.post(
-        "/api/agent/sessions", {"tools": ["refund_order"]}, format="json",
+        "/api/agent/sessions",
+        {"tools": ["refund_order"]},
+        format="json",
         headers={"X-CSRFToken": csrf_token(browser)},
     )
 
@@ -741,7 +756,9 @@ def test_the_session_lifetime_can_be_shortened(alice):
     before = timezone.now()
 
     response = browser.post(
-        "/api/agent/sessions", {"ttl_seconds": 60, "label": "support chat"}, format="json",
+        "/api/agent/sessions",
+        {"ttl_seconds": 60, "label": "support chat"},
+        format="json",
         headers={"X-CSRFToken": csrf_token(browser)},
     )
 
@@ -764,9 +781,7 @@ def test_the_session_lifetime_can_be_shortened(alice):
 def test_the_session_request_is_parsed_strictly(alice, bob, payload):
     browser = logged_in_browser(alice)
 
-    response = browser.post(
-        "/api/agent/sessions", payload, format="json", headers={"X-CSRFToken": csrf_token(browser)}
-    )
+    response = browser.post("/api/agent/sessions", payload, format="json", headers={"X-CSRFToken": csrf_token(browser)})
 
     assert response.status_code == 400, response.content
     assert response.json()["ok"] is False
@@ -778,7 +793,9 @@ def test_an_unknown_tool_gets_no_session(alice):
     browser = logged_in_browser(alice)
 
     response = browser.post(
-        "/api/agent/sessions", {"tools": ["refund_everything"]}, format="json",
+        "/api/agent/sessions",
+        {"tools": ["refund_everything"]},
+        format="json",
         headers={"X-CSRFToken": csrf_token(browser)},
     )
 
@@ -829,9 +846,7 @@ def test_an_inactive_user_gets_no_session(db):
     browser = logged_in_browser(user)
     type(user).objects.filter(pk=user.pk).update(is_active=False)
 
-    response = browser.post(
-        "/api/agent/sessions", {}, format="json", headers={"X-CSRFToken": csrf_token(browser)}
-    )
+    response = browser.post("/api/agent/sessions", {}, format="json", headers={"X-CSRFToken": csrf_token(browser)})
 
     assert response.status_code in (401, 403)
     assert AgentSession.objects.count() == 0

@@ -60,10 +60,16 @@ def test_the_list_filters_by_status_and_pages(alice, o12, django_capture_on_comm
     assert agent.get("/api/agent/previews?status=declined").json()["results"] == []
 
 
-@pytest.mark.parametrize("query, field", [
-    ("status=nonsense", "status"), ("page=0", "page"), ("page=x", "page"), ("page_size=101", "page_size"),
-    ("colour=red", "colour"),
-])
+@pytest.mark.parametrize(
+    "query, field",
+    [
+        ("status=nonsense", "status"),
+        ("page=0", "page"),
+        ("page=x", "page"),
+        ("page_size=101", "page_size"),
+        ("colour=red", "colour"),
+    ],
+)
 def test_a_malformed_list_query_is_a_400(alice_agent, query, field):
     response = alice_agent.get(f"/api/agent/previews?{query}")
     assert response.status_code == 400
@@ -126,20 +132,41 @@ def test_a_malformed_wait_is_a_400(alice_agent, wait):
 def test_call_id_is_echoed_and_audited_for_every_kind_of_answer(alice, o12):
     agent = agent_client_for(alice)
     ord4417 = OrderFactory(number="ORD-4417", customer=alice, currency="EUR", total_minor=2499)
-    created = agent.post("/api/agent/tool-calls", {"name": "refund_order", "call_id": "call_A", "arguments": {
-        "order_id": "o-12", "amount_minor": 500, "reason": "damaged"}}, format="json")
-    refused = agent.post("/api/agent/tool-calls", {"name": "refund_order", "call_id": "call_B", "arguments": {
-        "order_id": ord4417.number, "amount_minor": 24990, "reason": "damaged"}}, format="json")
-    malformed = agent.post("/api/agent/tool-calls", {"name": "refund_order", "call_id": "call_C", "arguments": {
-        "order_id": "o-12"}}, format="json")
+    created = agent.post(
+        "/api/agent/tool-calls",
+        {
+            "name": "refund_order",
+            "call_id": "call_A",
+            "arguments": {"order_id": "o-12", "amount_minor": 500, "reason": "damaged"},
+        },
+        format="json",
+    )
+    refused = agent.post(
+        "/api/agent/tool-calls",
+        {
+            "name": "refund_order",
+            "call_id": "call_B",
+            "arguments": {"order_id": ord4417.number, "amount_minor": 24990, "reason": "damaged"},
+        },
+        format="json",
+    )
+    malformed = agent.post(
+        "/api/agent/tool-calls",
+        {"name": "refund_order", "call_id": "call_C", "arguments": {"order_id": "o-12"}},
+        format="json",
+    )
     assert (created.status_code, refused.status_code, malformed.status_code) == (201, 422, 400)
     assert [r.json()["call_id"] for r in (created, refused, malformed)] == ["call_A", "call_B", "call_C"]
     assert refused.json()["error"]["message"] == (
         "Refund of €249.90 (24990) exceeds the €24.99 (2499) remaining on ORD-4417"
     )
     assert refused.json()["error"]["remaining_minor"] == 2499
-    by_event = {record.event: record.result for record in AuditRecord.objects.filter(event__in=[
-        AuditEvent.PROPOSED, AuditEvent.PROPOSAL_REFUSED, AuditEvent.PROPOSAL_INVALID])}
+    by_event = {
+        record.event: record.result
+        for record in AuditRecord.objects.filter(
+            event__in=[AuditEvent.PROPOSED, AuditEvent.PROPOSAL_REFUSED, AuditEvent.PROPOSAL_INVALID]
+        )
+    }
     assert by_event[AuditEvent.PROPOSED]["call_id"] == "call_A"
     assert by_event[AuditEvent.PROPOSAL_REFUSED]["call_id"] == "call_B"
     assert by_event[AuditEvent.PROPOSAL_INVALID]["call_id"] == "call_C"

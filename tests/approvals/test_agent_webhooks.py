@@ -104,8 +104,11 @@ def test_each_transition_is_a_signed_message_carrying_the_preview_envelope(
     secret = secret_line.removeprefix("webhook-secret: ")
     agent = Client(headers={"Authorization": f"Bearer {token}"})
     with django_capture_on_commit_callbacks(execute=True):
-        response = agent.post("/api/agent/tool-calls", {"name": "refund_order", "arguments": {
-            "order_id": "o-12", "amount_minor": 500, "reason": "damaged"}}, content_type="application/json")
+        response = agent.post(
+            "/api/agent/tool-calls",
+            {"name": "refund_order", "arguments": {"order_id": "o-12", "amount_minor": 500, "reason": "damaged"}},
+            content_type="application/json",
+        )
     preview = Preview.objects.get()
     with django_capture_on_commit_callbacks(execute=True):
         preview_approve(preview_id=preview.pk, approver=alice, role=ApprovalRole.CUSTOMER, digest=preview.digest)
@@ -127,7 +130,11 @@ def test_each_transition_is_a_signed_message_carrying_the_preview_envelope(
     assert last["outcome"] == "succeeded" and last["executed"] is True
     for delivery in WebhookDelivery.objects.all():
         assert (delivery.status, delivery.attempts, delivery.last_status_code, delivery.last_error) == (
-            WebhookDeliveryStatus.DELIVERED, 1, 204, "")
+            WebhookDeliveryStatus.DELIVERED,
+            1,
+            204,
+            "",
+        )
         assert delivery.delivered_at is not None
 
 
@@ -155,9 +162,17 @@ def test_failures_are_retried_with_back_off_recorded_and_given_up(
         OrderFactory(number="o-12", customer=alice)
         agent = Client(headers={"Authorization": f"Bearer {token}"})
         with django_capture_on_commit_callbacks(execute=True):
-            assert agent.post("/api/agent/tool-calls", {"name": "refund_order", "arguments": {
-                "order_id": "o-12", "amount_minor": 500, "reason": "damaged"}},
-                content_type="application/json").status_code == 201
+            assert (
+                agent.post(
+                    "/api/agent/tool-calls",
+                    {
+                        "name": "refund_order",
+                        "arguments": {"order_id": "o-12", "amount_minor": 500, "reason": "damaged"},
+                    },
+                    content_type="application/json",
+                ).status_code
+                == 201
+            )
         delivery = WebhookDelivery.objects.get()
         waits = [webhooks.webhook_attempt(delivery.pk) for _ in range(3)]
     finally:
@@ -166,7 +181,11 @@ def test_failures_are_retried_with_back_off_recorded_and_given_up(
     assert 0 < waits[0] and 0 < waits[1]
     delivery.refresh_from_db()
     assert (delivery.status, delivery.attempts, delivery.last_status_code, delivery.last_error) == (
-        WebhookDeliveryStatus.FAILED, 3, 500, "HTTP 500")
+        WebhookDeliveryStatus.FAILED,
+        3,
+        500,
+        "HTTP 500",
+    )
     assert len(failing.messages) == 3
     # Each attempt is the same message: receivers deduplicate on webhook-id.
     assert len({headers["webhook-id"] for headers, _ in failing.messages}) == 1
@@ -184,9 +203,16 @@ def test_the_console_lists_deliveries_and_failures(alice, published, client):
 
     session, _token = agent_session_create(user=alice, tools=["refund_order"])
     webhooks.agent_session_webhook_set(session, "http://127.0.0.1:9/dead")
-    WebhookDelivery.objects.create(agent_session=session, message_id="msg_dead1", event_type="preview.executed",
-                                   url=session.webhook_url, payload={}, status=WebhookDeliveryStatus.FAILED,
-                                   attempts=8, last_error="ConnectError: [Errno 111] Connection refused")
+    WebhookDelivery.objects.create(
+        agent_session=session,
+        message_id="msg_dead1",
+        event_type="preview.executed",
+        url=session.webhook_url,
+        payload={},
+        status=WebhookDeliveryStatus.FAILED,
+        attempts=8,
+        last_error="ConnectError: [Errno 111] Connection refused",
+    )
     sam = UserFactory(username="sam", is_staff=True)
     sam.groups.add(Group.objects.get(name="Refund reviewers"))
     client.force_login(sam)
@@ -209,8 +235,11 @@ def test_a_dead_endpoint_never_delays_a_refund(settings):
         webhooks.agent_session_webhook_set(session, slow.url)
         agent = Client(headers={"Authorization": f"Bearer {token}"})
         started = time.monotonic()
-        response = agent.post("/api/agent/tool-calls", {"name": "refund_order", "arguments": {
-            "order_id": "o-12", "amount_minor": 500, "reason": "damaged"}}, content_type="application/json")
+        response = agent.post(
+            "/api/agent/tool-calls",
+            {"name": "refund_order", "arguments": {"order_id": "o-12", "amount_minor": 500, "reason": "damaged"}},
+            content_type="application/json",
+        )
         preview = Preview.objects.get()
         preview_approve(preview_id=preview.pk, approver=alice, role=ApprovalRole.CUSTOMER, digest=preview.digest)
         elapsed = time.monotonic() - started
@@ -222,7 +251,9 @@ def test_a_dead_endpoint_never_delays_a_refund(settings):
             assert time.monotonic() < deadline
             time.sleep(0.1)
         assert sorted(WebhookDelivery.objects.values_list("event_type", "status")) == [
-            ("preview.approved", "delivered"), ("preview.awaiting_customer", "delivered"),
-            ("preview.executed", "delivered")]
+            ("preview.approved", "delivered"),
+            ("preview.awaiting_customer", "delivered"),
+            ("preview.executed", "delivered"),
+        ]
     finally:
         slow.close()

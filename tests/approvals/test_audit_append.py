@@ -202,6 +202,7 @@ def test_many_concurrent_appenders_and_a_sealer_running_meanwhile_seal_every_rec
             for i in range(15):
                 with _audited_transaction():
                     audit_record(event=AuditEvent.PROPOSED, actor=alice, result={"n": n, "i": i})
+
         return run
 
     def sealer():

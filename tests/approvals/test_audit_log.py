@@ -110,8 +110,10 @@ def test_a_tree_head_signature_covers_size_root_and_time():
         assert not tree_head_signature_valid(key.public_key(), {**head, **changed})
     assert not tree_head_signature_valid(Ed25519PrivateKey.generate().public_key(), head)
     # What is signed names the log, so that a signature made for another log's head does not fit this one.
-    assert tree_head_message(**{k: head[k] for k in ("size", "root_hash", "timestamp")}) == (
-        f'{{"log":"{LOG_ID}","root_hash":"{"ab" * 32}","size":3,"timestamp":1700000000000}}').encode()
+    assert (
+        tree_head_message(**{k: head[k] for k in ("size", "root_hash", "timestamp")})
+        == (f'{{"log":"{LOG_ID}","root_hash":"{"ab" * 32}","size":3,"timestamp":1700000000000}}').encode()
+    )
 
 
 # Sealing ------------------------------------------------------------------------------------------
@@ -177,8 +179,12 @@ def test_values_the_encoding_cannot_represent_exactly_are_refused_when_recorded(
 
 
 def test_json_facts_are_hashed_as_stored(db, alice):
-    record = audit_record(event="proposed", actor=alice, result={"b": 2, "a": [1, "x"], "when": None},
-                          approval_basis={"nested": {"k": 10**15}})
+    record = audit_record(
+        event="proposed",
+        actor=alice,
+        result={"b": 2, "a": [1, "x"], "when": None},
+        approval_basis={"nested": {"k": 10**15}},
+    )
     audit_seal()
     assert _verify()[0] == 0
     assert AuditRecord.objects.get(pk=record.pk).result == {"a": [1, "x"], "b": 2, "when": None}
@@ -196,8 +202,9 @@ def test_without_a_signing_key_nothing_is_sealed(db, alice, settings, caplog):
 # Publishing checkpoints ---------------------------------------------------------------------------
 
 
-def test_each_tree_head_is_appended_to_the_checkpoint_file(db, alice, settings, tmp_path,
-                                                           django_capture_on_commit_callbacks):
+def test_each_tree_head_is_appended_to_the_checkpoint_file(
+    db, alice, settings, tmp_path, django_capture_on_commit_callbacks
+):
     settings.AUDIT_CHECKPOINT_FILE = str(tmp_path / "heads.jsonl")
     with django_capture_on_commit_callbacks(execute=True):
         audit_record(event=AuditEvent.PROPOSED, actor=alice)
@@ -214,8 +221,9 @@ def test_each_tree_head_is_appended_to_the_checkpoint_file(db, alice, settings, 
     assert code == 0 and "2 published checkpoints match" in output, output
 
 
-def test_each_tree_head_is_delivered_as_a_standard_webhook(db, alice, settings, monkeypatch,
-                                                           django_capture_on_commit_callbacks):
+def test_each_tree_head_is_delivered_as_a_standard_webhook(
+    db, alice, settings, monkeypatch, django_capture_on_commit_callbacks
+):
     from standardwebhooks.webhooks import Webhook
 
     secret = "whsec_" + base64.b64encode(os.urandom(24)).decode()
@@ -282,8 +290,9 @@ def test_a_rewrite_recomputed_forward_without_the_key_is_reported(some_history):
         for head in AuditTreeHead.objects.filter(size__gt=target.leaf.index):
             root = LeafTree(leaves).root(head.size).hex()
             AuditTreeHead.objects.filter(pk=head.size).update(
-                root_hash=root, signature=sign_tree_head(forger, size=head.size, root_hash=root,
-                                                         timestamp=head.timestamp))
+                root_hash=root,
+                signature=sign_tree_head(forger, size=head.size, root_hash=root, timestamp=head.timestamp),
+            )
     code, output = _verify()
     untouched = AuditTreeHead.objects.filter(size__lte=target.leaf.index).order_by("-size").first()
     assert untouched is not None  # the fixture's first head lies before the rewritten record
@@ -407,8 +416,9 @@ def test_postgres_refuses_update_delete_and_truncate_of_the_audit_tables(transac
 
 
 @pytest.mark.postgres
-def test_a_truncate_with_the_triggers_off_is_found_by_the_published_checkpoints(transactional_db, some_history,
-                                                                               tmp_path):
+def test_a_truncate_with_the_triggers_off_is_found_by_the_published_checkpoints(
+    transactional_db, some_history, tmp_path
+):
     checkpoints = _checkpoints_file(tmp_path)
     with tampering(), connection.cursor() as cursor:
         cursor.execute("TRUNCATE approvals_audittreehead, approvals_auditleaf, approvals_auditrecord")

@@ -47,15 +47,18 @@ def test_the_receipt_proves_the_previews_records_against_a_signed_head(alice_age
     records = AuditRecord.objects.filter(preview_id=proposed).order_by("id")
     assert [entry["record"]["id"] for entry in receipt["records"]] == [r.pk for r in records]
     assert [entry["record"]["event"] for entry in receipt["records"]] == [
-        AuditEvent.PROPOSED, AuditEvent.PROPOSAL_REPEATED]
+        AuditEvent.PROPOSED,
+        AuditEvent.PROPOSAL_REPEATED,
+    ]
     assert receipt["unsealed_records"] == 0
     assert receipt["tree_head"] == AuditTreeHead.objects.order_by("-size").first().as_checkpoint()
     check = receipt_check(receipt, public_key())
     assert check.valid and check.records == 2, check.problems
 
 
-def test_verify_receipt_checks_it_offline_with_the_public_key(alice_agent, proposed, tmp_path,
-                                                               django_assert_max_num_queries):
+def test_verify_receipt_checks_it_offline_with_the_public_key(
+    alice_agent, proposed, tmp_path, django_assert_max_num_queries
+):
     receipt = alice_agent.get(f"/api/agent/previews/{proposed}/receipt").json()
     path = tmp_path / "receipt.json"
     path.write_text(json.dumps(receipt))
@@ -116,11 +119,21 @@ def test_the_receipt_is_checked_without_django_too(alice_agent, proposed, tmp_pa
     path = tmp_path / "receipt.json"
     path.write_text(json.dumps(receipt))
     env = {"PATH": "/usr/bin:/bin"}  # no DJANGO_SETTINGS_MODULE, no SECRET_KEY, no database
-    run = subprocess.run([sys.executable, "-m", "approvals.audit_log", str(path), "--public-key", _public_key_text()],
-                         capture_output=True, text=True, env=env, cwd=root)
+    run = subprocess.run(
+        [sys.executable, "-m", "approvals.audit_log", str(path), "--public-key", _public_key_text()],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=root,
+    )
     assert run.returncode == 0 and "Receipt valid: 2 audit records" in run.stdout, run.stderr
     receipt["records"][0]["record"]["event"] = "declined"
     path.write_text(json.dumps(receipt))
-    run = subprocess.run([sys.executable, "-m", "approvals.audit_log", str(path), "--public-key", _public_key_text()],
-                         capture_output=True, text=True, env=env, cwd=root)
+    run = subprocess.run(
+        [sys.executable, "-m", "approvals.audit_log", str(path), "--public-key", _public_key_text()],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=root,
+    )
     assert run.returncode == 1 and "INVALID" in run.stderr

@@ -29,8 +29,9 @@ def _sealer(checkpoints):
         "AUDIT_CHECKPOINT_FILE": str(checkpoints),
     }
     argv = [sys.executable, "manage.py", "seal_audit", "--loop", "--interval", "0.1"]
-    return subprocess.Popen(argv, cwd=workers.ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    return subprocess.Popen(
+        argv, cwd=workers.ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
 
 
 def test_two_sealer_processes_seal_each_committed_record_once_and_publish_every_head(transactional_db, tmp_path):

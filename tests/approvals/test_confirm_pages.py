@@ -147,9 +147,7 @@ def test_anonymous_is_sent_to_login_and_back(client, alice, o12, alice_agent):
 
 def test_wrong_password_stays_on_login(client, alice, o12, alice_agent):
     preview = make_preview(alice_agent)
-    response = client.post(
-        "/accounts/login/", {"username": "alice", "password": "wrong", "next": page_url(preview)}
-    )
+    response = client.post("/accounts/login/", {"username": "alice", "password": "wrong", "next": page_url(preview)})
     assert response.status_code == 200
     assert re.search(r'role="alert"[^>]*>[^<]*(correct username and password|did not match)', html(response))
     assert 'name="password"' in html(response)

@@ -57,8 +57,9 @@ def test_decline_with_a_reason_reaches_the_agent_and_the_console(alice_client, a
     from tests.console.conftest import logged_in, make_reviewer
 
     preview = make(alice_agent, "o-40", 2500)
-    response = alice_client.post(f"/previews/{preview.pk}/decline",
-                                 {"digest": preview.digest, "reason": "I found the parcel after all"})
+    response = alice_client.post(
+        f"/previews/{preview.pk}/decline", {"digest": preview.digest, "reason": "I found the parcel after all"}
+    )
     assert response.status_code == 302
     preview.refresh_from_db()
     assert preview.status == PreviewStatus.DECLINED
@@ -113,8 +114,11 @@ def test_the_waiting_page_polls_a_status_endpoint_and_works_without_javascript(
     status = alice_client.get(f"/previews/{preview.pk}/status")
     assert status.status_code == 200 and status["Cache-Control"] == "no-store"
     assert json.loads(status.content) == {
-        "status": "awaiting_staff", "state": "awaiting_staff", "title": "Waiting for staff review",
-        "text": "Our support team checks this request before it is carried out.", "waiting": True,
+        "status": "awaiting_staff",
+        "state": "awaiting_staff",
+        "title": "Waiting for staff review",
+        "text": "Our support team checks this request before it is carried out.",
+        "waiting": True,
     }
     # Someone else's request is as if it did not exist; an anonymous visitor is sent to log in.
     bob_client = Client()
@@ -133,8 +137,11 @@ def test_my_requests_lists_every_action_of_mine_only(alice_client, alice, bob, a
     InvoiceLine.objects.create(invoice=invoice, position=1, description="Work", quantity=1, unit_minor=500)
     InvoiceContact.objects.create(invoice=invoice, email="billing@example.test")
     sends = agent_client_for(alice, tools=("send_invoice",))
-    response = sends.post("/api/agent/tool-calls", {"name": "send_invoice", "arguments": json.dumps(
-        {"invoice_id": "INV-9", "recipient": "billing@example.test"})}, format="json")
+    response = sends.post(
+        "/api/agent/tool-calls",
+        {"name": "send_invoice", "arguments": json.dumps({"invoice_id": "INV-9", "recipient": "billing@example.test"})},
+        format="json",
+    )
     assert response.status_code == 201
     OrderFactory(number="o-99", customer=bob, currency="EUR", total_minor=8000)
     bobs = make(agent_client_for(bob), "o-99", 100)

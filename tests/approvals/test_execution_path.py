@@ -50,9 +50,7 @@ def test_the_order_and_the_approvals_are_read_once_per_locked_step(
 
 
 @pytest.mark.postgres
-def test_an_execution_takes_at_most_twenty_two_statements(
-    alice, o12, alice_agent, django_capture_on_commit_callbacks
-):
+def test_an_execution_takes_at_most_twenty_two_statements(alice, o12, alice_agent, django_capture_on_commit_callbacks):
     """Three transactions (check and reserve, the gateway's insert, record); each audit append is one call.
     The execution record adds its read per locked step and its write (sent with the append). A recording
     that fails rolls the step back and keeps the effect on the execution in a transaction of its own."""

@@ -146,8 +146,10 @@ def nested_object(levels: int) -> str:
         pytest.param(envelope_with(nested_object(1000)), id="object-1000-levels"),
         pytest.param(envelope_with("[" * 1000 + "]" * 1000), id="list-1000-levels"),
         pytest.param(envelope_with("[" * 30_000 + "]" * 30_000), id="list-30000-levels"),
-        pytest.param(envelope_with('{"order_id": ' + nested_object(30) + ', "amount_minor": 5, "reason": "late"}'),
-                     id="object-30-levels-in-a-field"),
+        pytest.param(
+            envelope_with('{"order_id": ' + nested_object(30) + ', "amount_minor": 5, "reason": "late"}'),
+            id="object-30-levels-in-a-field",
+        ),
     ],
 )
 def test_deeply_nested_arguments_are_400(alice_agent, o12, body):
@@ -186,14 +188,15 @@ def test_the_nesting_limit_is_20_levels(alice_agent, o12):
 @pytest.mark.parametrize(
     "body",
     [
-        pytest.param(b'{"name": "refund_order", "arguments": {"order_id": "o-\xff12", "amount_minor": 5, '
-                     b'"reason": "damaged"}}', id="invalid-byte"),
+        pytest.param(
+            b'{"name": "refund_order", "arguments": {"order_id": "o-\xff12", "amount_minor": 5, "reason": "damaged"}}',
+            id="invalid-byte",
+        ),
         pytest.param(b'{"name": "refund_order\xc0\xaf", "arguments": {}}', id="overlong-encoding"),
         pytest.param(b'{"name": "refund_order", "arguments": {"order_id": "\xed\xa0\x80"}}', id="encoded-surrogate"),
         pytest.param(b'{"name": "refund_order", "arguments": {"order_id": "o-12\xe2\x82"}}', id="truncated-sequence"),
         pytest.param(json.dumps({"name": "refund_order", "arguments": GOOD}).encode("utf-16"), id="utf-16"),
-        pytest.param(json.dumps({"name": "refund_order", "arguments": GOOD}).encode("latin-1") + b"\xe9",
-                     id="latin-1"),
+        pytest.param(json.dumps({"name": "refund_order", "arguments": GOOD}).encode("latin-1") + b"\xe9", id="latin-1"),
     ],
 )
 def test_invalid_utf8_is_400_and_audited_with_replacement_characters(alice_agent, o12, body):
@@ -229,12 +232,21 @@ def test_raw_nul_bytes_are_400_and_the_audit_keeps_a_replacement_character(alice
     "body, code",
     [
         pytest.param('{"name": "refund_order\\u0000", "arguments": {}}', "invalid_request", id="name"),
-        pytest.param('{"name": "refund_order", "arguments": {"order_id": "o-12\\u0000", "amount_minor": 5, '
-                     '"reason": "damaged"}}', "invalid_arguments", id="order-id"),
-        pytest.param('{"name": "refund_order", "arguments": {"order_id": "o-12", "amount_minor": 5, '
-                     '"reason": "damaged\\u0000"}}', "invalid_arguments", id="reason-echoed-in-the-error"),
-        pytest.param('{"name": "refund_order", "arguments": {"\\u0000": 1}}', "invalid_arguments",
-                     id="unknown-field-name"),
+        pytest.param(
+            '{"name": "refund_order", "arguments": {"order_id": "o-12\\u0000", "amount_minor": 5, '
+            '"reason": "damaged"}}',
+            "invalid_arguments",
+            id="order-id",
+        ),
+        pytest.param(
+            '{"name": "refund_order", "arguments": {"order_id": "o-12", "amount_minor": 5, '
+            '"reason": "damaged\\u0000"}}',
+            "invalid_arguments",
+            id="reason-echoed-in-the-error",
+        ),
+        pytest.param(
+            '{"name": "refund_order", "arguments": {"\\u0000": 1}}', "invalid_arguments", id="unknown-field-name"
+        ),
         pytest.param('{"name": "refund_order", "arguments": "\\u0000"}', "invalid_arguments", id="arguments-string"),
         pytest.param('{"name": "refund_order", "arguments": {}, "\\u0000": 1}', "invalid_request", id="envelope-key"),
     ],
@@ -248,8 +260,10 @@ def test_escaped_nul_characters_are_400_and_never_a_server_error(alice_agent, o1
 @pytest.mark.parametrize(
     "body",
     [
-        pytest.param('{"name": "refund_order", "arguments": {"order_id": "\\ud800", "amount_minor": 5, '
-                     '"reason": "damaged"}}', id="lone-high-surrogate"),
+        pytest.param(
+            '{"name": "refund_order", "arguments": {"order_id": "\\ud800", "amount_minor": 5, "reason": "damaged"}}',
+            id="lone-high-surrogate",
+        ),
         pytest.param('{"name": "\\udfff", "arguments": {}}', id="lone-low-surrogate-in-name"),
         pytest.param('{"name": "refund_order", "arguments": {"\\ud800": 1}}', id="in-a-key"),
     ],
@@ -268,8 +282,10 @@ def test_a_lone_surrogate_inside_an_arguments_string_is_400(alice_agent, o12):
 
 
 def test_a_paired_surrogate_escape_is_an_ordinary_character(alice_agent, o12):
-    body = '{"name": "refund_order", "arguments": {"order_id": "o-12\\ud83d\\ude00", "amount_minor": 5, ' \
-           '"reason": "damaged"}}'
+    body = (
+        '{"name": "refund_order", "arguments": {"order_id": "o-12\\ud83d\\ude00", "amount_minor": 5, '
+        '"reason": "damaged"}}'
+    )
 
     response = post_raw(alice_agent, body)
 
@@ -284,12 +300,21 @@ def test_a_paired_surrogate_escape_is_an_ordinary_character(alice_agent, o12):
     "body",
     [
         pytest.param('{"name": "send_invoice", "name": "refund_order", "arguments": {}}', id="envelope-name"),
-        pytest.param('{"name": "refund_order", "arguments": {"order_id": "o-12", "amount_minor": 5, '
-                     '"amount_minor": 50000, "reason": "damaged"}}', id="arguments-object"),
-        pytest.param('{"name": "refund_order", "arguments": {"order_id": "o-12", "amount_minor": 5, '
-                     '"amount\\u005fminor": 50000, "reason": "damaged"}}', id="arguments-object-escaped-twin"),
-        pytest.param('{"name": "refund_order", "arguments": {"order_id": "o-12", "amount_minor": 5, '
-                     '"reason": "damaged"}, "arguments": {}}', id="envelope-arguments"),
+        pytest.param(
+            '{"name": "refund_order", "arguments": {"order_id": "o-12", "amount_minor": 5, '
+            '"amount_minor": 50000, "reason": "damaged"}}',
+            id="arguments-object",
+        ),
+        pytest.param(
+            '{"name": "refund_order", "arguments": {"order_id": "o-12", "amount_minor": 5, '
+            '"amount\\u005fminor": 50000, "reason": "damaged"}}',
+            id="arguments-object-escaped-twin",
+        ),
+        pytest.param(
+            '{"name": "refund_order", "arguments": {"order_id": "o-12", "amount_minor": 5, '
+            '"reason": "damaged"}, "arguments": {}}',
+            id="envelope-arguments",
+        ),
     ],
 )
 def test_duplicate_keys_in_the_body_are_400(alice_agent, o12, body):
@@ -303,13 +328,14 @@ def test_duplicate_keys_in_the_body_are_400(alice_agent, o12, body):
 @pytest.mark.parametrize(
     "arguments",
     [
-        pytest.param('{"order_id": "o-12", "order_id": "o-17", "amount_minor": 5, "reason": "damaged"}',
-                     id="order-id"),
+        pytest.param('{"order_id": "o-12", "order_id": "o-17", "amount_minor": 5, "reason": "damaged"}', id="order-id"),
         pytest.param('{"order_id": "o-12", "amount_minor": 5, "reason": "damaged", "reason": "late"}', id="reason"),
-        pytest.param('{"order_id": "o-12", "amount_minor": 5, "reason": "damaged", "reas\\u006fn": "late"}',
-                     id="escaped-twin"),
-        pytest.param('{"order_id": "o-12", "amount_minor": 5, "reason": "damaged", "x": {"a": 1, "a": 2}}',
-                     id="nested"),
+        pytest.param(
+            '{"order_id": "o-12", "amount_minor": 5, "reason": "damaged", "reas\\u006fn": "late"}', id="escaped-twin"
+        ),
+        pytest.param(
+            '{"order_id": "o-12", "amount_minor": 5, "reason": "damaged", "x": {"a": 1, "a": 2}}', id="nested"
+        ),
     ],
 )
 def test_duplicate_keys_in_the_arguments_string_are_400(alice_agent, o12, arguments):
@@ -411,7 +437,7 @@ def test_a_huge_number_in_the_call_id_is_400(alice_agent, o12):
         pytest.param("{}", id="empty-object"),
         pytest.param('""', id="empty-string"),
         pytest.param("-0", id="minus-zero"),
-        pytest.param("[[{\"name\": \"refund_order\"}]]", id="nested-list"),
+        pytest.param('[[{"name": "refund_order"}]]', id="nested-list"),
         pytest.param("[null]", id="list-of-null"),
         pytest.param(json.dumps(json.dumps({"name": "refund_order", "arguments": GOOD})), id="double-encoded-body"),
         pytest.param(" null ", id="null-with-whitespace"),
@@ -437,8 +463,10 @@ def test_bodies_that_are_not_json_are_400(alice_agent, o12, body):
     [
         ("text/plain", json.dumps({"name": "refund_order", "arguments": GOOD})),
         ("application/x-www-form-urlencoded", "name=refund_order&order_id=o-12&amount_minor=500&reason=damaged"),
-        ("multipart/form-data; boundary=xyz",
-         '--xyz\r\nContent-Disposition: form-data; name="name"\r\n\r\nrefund_order\r\n--xyz--\r\n'),
+        (
+            "multipart/form-data; boundary=xyz",
+            '--xyz\r\nContent-Disposition: form-data; name="name"\r\n\r\nrefund_order\r\n--xyz--\r\n',
+        ),
         ("application/xml", "<call><name>refund_order</name></call>"),
         ("application/json-patch+json", json.dumps({"name": "refund_order", "arguments": GOOD})),
         ("text/json", json.dumps({"name": "refund_order", "arguments": GOOD})),
@@ -481,12 +509,21 @@ def test_a_session_request_over_the_size_limit_is_a_json_400(alice, settings):
 
 
 @pytest.mark.parametrize(
-    "path", ["/api/agent/tools/", "/api/agent/tool-calls/", "/api/agent/previews/", "/api/agent/previews/a/b",
-             "/api/agent/admin", "/api/agent/tools%00"],
+    "path",
+    [
+        "/api/agent/tools/",
+        "/api/agent/tool-calls/",
+        "/api/agent/previews/",
+        "/api/agent/previews/a/b",
+        "/api/agent/admin",
+        "/api/agent/tools%00",
+    ],
 )
 def test_an_unknown_agent_endpoint_is_a_json_404(alice_agent, o12, path):
-    for response in (alice_agent.get(path), alice_agent.post(path, {"name": "refund_order", "arguments": GOOD},
-                                                             format="json")):
+    for response in (
+        alice_agent.get(path),
+        alice_agent.post(path, {"name": "refund_order", "arguments": GOOD}, format="json"),
+    ):
         assert response.status_code == 404
         assert response["Content-Type"] == "application/json"
         assert response.json()["error"]["code"] == "not_found"
@@ -535,7 +572,9 @@ def assert_no_preview_for_a_lookalike(response):
 @pytest.mark.parametrize("order_id", LOOKALIKES)
 def test_lookalike_order_ids_are_refused_as_objects(alice_agent, o12, order_id):
     response = alice_agent.post(
-        TOOL_CALLS, {"name": "refund_order", "arguments": {**GOOD, "order_id": order_id}}, format="json",
+        TOOL_CALLS,
+        {"name": "refund_order", "arguments": {**GOOD, "order_id": order_id}},
+        format="json",
         headers=KEY,
     )
 
@@ -545,8 +584,9 @@ def test_lookalike_order_ids_are_refused_as_objects(alice_agent, o12, order_id):
 @pytest.mark.parametrize("order_id", LOOKALIKES)
 def test_lookalike_order_ids_are_refused_in_strings(alice_agent, o12, order_id):
     arguments = json.dumps({**GOOD, "order_id": order_id})
-    response = alice_agent.post(TOOL_CALLS, {"name": "refund_order", "arguments": arguments}, format="json",
-                                headers=KEY)
+    response = alice_agent.post(
+        TOOL_CALLS, {"name": "refund_order", "arguments": arguments}, format="json", headers=KEY
+    )
 
     assert_no_preview_for_a_lookalike(response)
     assert proposal_records().get().raw_arguments == arguments
@@ -574,8 +614,9 @@ def test_wildcards_do_not_reach_another_order(alice_agent, alice, order_id):
     ],
 )
 def test_hostile_invoice_recipients_are_refused(alice, recipient):
-    invoice = Invoice.objects.create(number="INV-17", customer=alice, currency="EUR", status=InvoiceStatus.ISSUED,
-                                     total_minor=12000)
+    invoice = Invoice.objects.create(
+        number="INV-17", customer=alice, currency="EUR", status=InvoiceStatus.ISSUED, total_minor=12000
+    )
     InvoiceLine.objects.create(invoice=invoice, position=1, description="Consulting", quantity=1, unit_minor=12000)
     InvoiceContact.objects.create(invoice=invoice, email="billing@example.test")
     client = agent_client_for(alice, tools=("send_invoice",))
@@ -604,8 +645,13 @@ def throttle_clock(request, monkeypatch, settings):
     if request.param == "redis":
         if not settings.REDIS_URL:
             pytest.skip("needs REDIS_URL")
-        settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
-                                       "LOCATION": settings.REDIS_URL, "KEY_PREFIX": f"test-{uuid.uuid4().hex}"}}
+        settings.CACHES = {
+            "default": {
+                "BACKEND": "django.core.cache.backends.redis.RedisCache",
+                "LOCATION": settings.REDIS_URL,
+                "KEY_PREFIX": f"test-{uuid.uuid4().hex}",
+            }
+        }
     clock = {"now": 1_000_000.0}
     monkeypatch.setattr(AgentSessionThrottle, "timer", lambda self: clock["now"])
     keys = []
@@ -740,8 +786,7 @@ def test_a_token_in_the_query_string_is_not_accepted(alice, o12, parameter):
 
     for response in [
         stranger.get(f"/api/agent/tools?{parameter}={value}"),
-        stranger.post(f"{TOOL_CALLS}?{parameter}={value}", {"name": "refund_order", "arguments": GOOD},
-                      format="json"),
+        stranger.post(f"{TOOL_CALLS}?{parameter}={value}", {"name": "refund_order", "arguments": GOOD}, format="json"),
         stranger.get(f"/api/agent/previews/{preview_id}?{parameter}={value}"),
     ]:
         assert_401(response)
@@ -790,8 +835,9 @@ def test_a_token_in_the_body_is_not_accepted(alice, o12):
     agent = agent_client_for(alice)
     stranger = APIClient()
 
-    response = stranger.post(TOOL_CALLS, {"name": "refund_order", "arguments": GOOD, "token": agent.token},
-                             format="json")
+    response = stranger.post(
+        TOOL_CALLS, {"name": "refund_order", "arguments": GOOD, "token": agent.token}, format="json"
+    )
 
     assert_401(response)
     assert proposal_records().count() == 0
@@ -864,8 +910,7 @@ def test_another_customers_preview_page_is_404_like_a_random_id(alice, o12, bobs
 
 
 @pytest.mark.parametrize("decision", ["confirm", "decline"])
-def test_another_customers_preview_cannot_be_decided_and_answers_like_a_random_id(alice, o12, bobs_preview,
-                                                                                   decision):
+def test_another_customers_preview_cannot_be_decided_and_answers_like_a_random_id(alice, o12, bobs_preview, decision):
     browser = browser_of(alice)
 
     foreign = browser.post(f"/previews/{bobs_preview.pk}/{decision}", {"digest": bobs_preview.digest})

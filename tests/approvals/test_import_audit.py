@@ -132,27 +132,52 @@ def test_seed_demo_needs_an_operator_too_outside_debug(db, settings):
 
 # Item 7: the id alphabet -----------------------------------------------------------------------
 
-ORDER = {"customer": "alice", "currency": "EUR", "total_minor": 1000, "status": "delivered",
-         "placed_at": "2026-08-02", "delivered_at": "2026-08-04"}
+ORDER = {
+    "customer": "alice",
+    "currency": "EUR",
+    "total_minor": 1000,
+    "status": "delivered",
+    "placed_at": "2026-08-02",
+    "delivered_at": "2026-08-04",
+}
 
 
 @pytest.mark.parametrize("good", ["2026/0042", "o-12", "ORD#4417", "a.b_c:d+e", "X" * 64])
 def test_ids_of_the_alphabet_are_accepted(db, good):
-    document = {"customers": [{"username": "alice"}], "orders": [{"id": good, **ORDER}],
-                "invoices": [{"number": good, "customer": "alice", "currency": "EUR", "status": "issued",
-                              "lines": []}]}
+    document = {
+        "customers": [{"username": "alice"}],
+        "orders": [{"id": good, **ORDER}],
+        "invoices": [{"number": good, "customer": "alice", "currency": "EUR", "status": "issued", "lines": []}],
+    }
     shop_data_validate(json.dumps(document))
 
 
 @pytest.mark.parametrize(
     "bad",
-    ["", "o\x0012", "o-12\n", "o\t12", "%00", "o 12", " o-12", "-o12", "/etc", "o?12", "ｏ-12", "о-12",
-     "o-12\u200b", "X" * 65, "o\u202e21"],
+    [
+        "",
+        "o\x0012",
+        "o-12\n",
+        "o\t12",
+        "%00",
+        "o 12",
+        " o-12",
+        "-o12",
+        "/etc",
+        "o?12",
+        "ｏ-12",
+        "о-12",
+        "o-12\u200b",
+        "X" * 65,
+        "o\u202e21",
+    ],
 )
 def test_ids_outside_the_alphabet_are_refused_by_path(db, bad):
-    document = {"customers": [{"username": "alice"}], "orders": [{"id": bad, **ORDER}],
-                "invoices": [{"number": bad, "customer": "alice", "currency": "EUR", "status": "issued",
-                              "lines": []}]}
+    document = {
+        "customers": [{"username": "alice"}],
+        "orders": [{"id": bad, **ORDER}],
+        "invoices": [{"number": bad, "customer": "alice", "currency": "EUR", "status": "issued", "lines": []}],
+    }
     with pytest.raises(ShopDataInvalid) as invalid:
         shop_data_validate(json.dumps(document))
     paths = [problem.split(":")[0] for problem in invalid.value.problems]

@@ -34,8 +34,14 @@ def shop(live_server, monkeypatch):
         "o-30": OrderFactory(number="o-30", customer=alice, currency="EUR", total_minor=50000),
     }
     session, token = agent_session_create(user=alice, tools=["refund_order"])
-    return {"url": f"{live_server.url}/mcp", "alice": alice, "bob": bob, "orders": orders,
-            "session": session, "token": token}
+    return {
+        "url": f"{live_server.url}/mcp",
+        "alice": alice,
+        "bob": bob,
+        "orders": orders,
+        "session": session,
+        "token": token,
+    }
 
 
 def run(coroutine):
@@ -78,8 +84,9 @@ def test_a_proposal_elicits_the_confirmation_page_and_the_retry_reports_the_exec
         asked.append(params)
         preview = Preview.objects.get(agent_session=shop["session"])
         # The customer confirms on the page the URL names (the page itself is tested with the browser).
-        preview_approve(preview_id=preview.pk, approver=shop["alice"], role=ApprovalRole.CUSTOMER,
-                        digest=preview.digest)
+        preview_approve(
+            preview_id=preview.pk, approver=shop["alice"], role=ApprovalRole.CUSTOMER, digest=preview.digest
+        )
         return types.ElicitResult(action="accept")
 
     async def body(client):
@@ -131,8 +138,7 @@ def test_a_replayed_call_id_answers_with_the_same_preview(shop):
     async def body(client):
         one = await client.call_tool("refund_order", REFUND, meta={"call_id": "call-7"})
         two = await client.call_tool("refund_order", REFUND, meta={"call_id": "call-7"})
-        conflict = await client.call_tool("refund_order", {**REFUND, "amount_minor": 400},
-                                          meta={"call_id": "call-7"})
+        conflict = await client.call_tool("refund_order", {**REFUND, "amount_minor": 400}, meta={"call_id": "call-7"})
         return one, two, conflict
 
     one, two, conflict = run(with_client(shop["url"], shop["token"], body))
@@ -147,8 +153,9 @@ def test_a_replayed_call_id_answers_with_the_same_preview(shop):
 def test_waiting_for_staff_says_so(shop):
     async def confirm(context, params):
         preview = Preview.objects.get()
-        preview_approve(preview_id=preview.pk, approver=shop["alice"], role=ApprovalRole.CUSTOMER,
-                        digest=preview.digest)
+        preview_approve(
+            preview_id=preview.pk, approver=shop["alice"], role=ApprovalRole.CUSTOMER, digest=preview.digest
+        )
         return types.ElicitResult(action="accept")
 
     async def body(client):
@@ -162,17 +169,37 @@ def test_waiting_for_staff_says_so(shop):
 
 
 REFUSALS = [
-    ({"order_id": "o-17", "amount_minor": 500, "reason": "damaged"}, "order_unavailable", {},
-     "Order o-17 is not available"),
-    ({"order_id": "no-such", "amount_minor": 500, "reason": "damaged"}, "order_unavailable", {},
-     "Order no-such is not available"),
-    ({"order_id": "o-20", "amount_minor": 500, "reason": "damaged"}, "order_not_refundable",
-     {"order_status": "shipped"}, "only delivered orders can be refunded"),
+    (
+        {"order_id": "o-17", "amount_minor": 500, "reason": "damaged"},
+        "order_unavailable",
+        {},
+        "Order o-17 is not available",
+    ),
+    (
+        {"order_id": "no-such", "amount_minor": 500, "reason": "damaged"},
+        "order_unavailable",
+        {},
+        "Order no-such is not available",
+    ),
+    (
+        {"order_id": "o-20", "amount_minor": 500, "reason": "damaged"},
+        "order_not_refundable",
+        {"order_status": "shipped"},
+        "only delivered orders can be refunded",
+    ),
     ({"order_id": "o-12", "amount_minor": 0, "reason": "damaged"}, "zero_amount", {}, "would do nothing"),
-    ({"order_id": "ORD-4417", "amount_minor": 24990, "reason": "damaged"}, "amount_exceeds_remaining",
-     {"remaining_minor": 2499}, "Refund of €249.90 (24990) exceeds the €24.99 (2499) remaining on ORD-4417"),
-    ({"order_id": "ORD-4417", "amount_minor": 100, "reason": "late"}, "reason_not_applicable",
-     {"delivery_days": 2}, "was delivered 2 days after it was placed"),
+    (
+        {"order_id": "ORD-4417", "amount_minor": 24990, "reason": "damaged"},
+        "amount_exceeds_remaining",
+        {"remaining_minor": 2499},
+        "Refund of €249.90 (24990) exceeds the €24.99 (2499) remaining on ORD-4417",
+    ),
+    (
+        {"order_id": "ORD-4417", "amount_minor": 100, "reason": "late"},
+        "reason_not_applicable",
+        {"delivery_days": 2},
+        "was delivered 2 days after it was placed",
+    ),
 ]
 
 
@@ -197,8 +224,9 @@ def test_each_refusal_rule_is_an_error_result_with_its_code_and_numbers(shop):
     assert [record.result["error"]["code"] for record in refused] == [code for _, code, *_ in REFUSALS]
     assert {record.agent_session_id for record in refused} == {shop["session"].pk}
     # Bob's order was named and refused exactly like a missing one: nothing about it is told.
-    assert results[0].structured_content["error"]["message"].replace("o-17", "X") == \
-        results[1].structured_content["error"]["message"].replace("no-such", "X")
+    assert results[0].structured_content["error"]["message"].replace("o-17", "X") == results[1].structured_content[
+        "error"
+    ]["message"].replace("no-such", "X")
 
 
 def test_invalid_arguments_are_an_error_result_and_audited(shop):
@@ -232,8 +260,11 @@ def test_a_tool_the_session_lacks_is_refused_and_audited(shop):
 
 
 def test_a_bad_token_gets_401_and_no_tools(shop):
-    response = httpx.post(shop["url"], json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-                          headers={"Authorization": "Bearer agt_not-a-token", "Accept": "application/json"})
+    response = httpx.post(
+        shop["url"],
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+        headers={"Authorization": "Bearer agt_not-a-token", "Accept": "application/json"},
+    )
     assert response.status_code == 401
     assert response.headers["WWW-Authenticate"] == 'Bearer realm="agent"'
     assert response.json()["error"]["code"] == "authentication_failed"
@@ -251,8 +282,11 @@ def test_annotations_sent_by_the_client_change_nothing(shop):
     """Tool annotations are the server's hints to clients; a call carrying its own is the same proposal."""
 
     async def body(client):
-        return await client.call_tool("refund_order", REFUND, meta={"call_id": "c-9", "annotations": {
-            "destructiveHint": False, "readOnlyHint": True, "approved": True}})
+        return await client.call_tool(
+            "refund_order",
+            REFUND,
+            meta={"call_id": "c-9", "annotations": {"destructiveHint": False, "readOnlyHint": True, "approved": True}},
+        )
 
     result = run(with_client(shop["url"], shop["token"], body))
     assert result.structured_content["status"] == "awaiting_customer"

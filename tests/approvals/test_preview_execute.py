@@ -202,8 +202,11 @@ def test_an_order_changed_after_approval_supersedes_at_execution(
             "order_not_refundable",
             "Order o-12 is cancelled; only delivered orders can be refunded.",
         ),
-        ({"refunded_minor": 800}, "amount_exceeds_remaining",
-         "Refund of €5.00 (500) exceeds the €2.00 (200) remaining on o-12"),
+        (
+            {"refunded_minor": 800},
+            "amount_exceeds_remaining",
+            "Refund of €5.00 (500) exceeds the €2.00 (200) remaining on o-12",
+        ),
     ],
     ids=["cancelled", "above-remaining"],
 )

@@ -226,8 +226,9 @@ def test_the_signature_is_checked_against_the_secret(receiver, reviewers, settin
     assert receiver.messages[0]["verified"] is False and report.failures == 1
 
 
-def test_a_burst_entering_the_staff_queue_schedules_one_digest(settings, monkeypatch, alice,
-                                                               django_capture_on_commit_callbacks):
+def test_a_burst_entering_the_staff_queue_schedules_one_digest(
+    settings, monkeypatch, alice, django_capture_on_commit_callbacks
+):
     """With a broker, the first preview that starts waiting for staff in a window schedules the digest at
     the window's end; the rest of the burst joins it."""
     from django.core.cache import cache

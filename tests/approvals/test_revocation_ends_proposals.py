@@ -125,9 +125,7 @@ def test_an_execution_already_started_is_left_to_finish(alice, o12, alice_agent)
     assert AuditRecord.objects.get(event="agent_session_revoked").result["previews_superseded"] == []
 
 
-def test_other_sessions_and_finished_previews_are_untouched(
-    alice, bob, o12, o17, django_capture_on_commit_callbacks
-):
+def test_other_sessions_and_finished_previews_are_untouched(alice, bob, o12, o17, django_capture_on_commit_callbacks):
     revoked, kept, bobs = agent_client_for(alice), agent_client_for(alice), agent_client_for(bob)
     done = _propose(revoked, o12, amount=100)
     with django_capture_on_commit_callbacks(execute=True):

@@ -18,11 +18,19 @@ from tests.conftest import agent_client_for
 
 def preview_for(order, *, amount_minor=100, status=PreviewStatus.AWAITING_CUSTOMER, code="", proposal_key=None):
     return Preview(
-        action="refund_order", actor=order.customer, subject_type="order", subject_id=order.number,
-        subject_version=order.version, amount_minor=amount_minor, currency=order.currency,
+        action="refund_order",
+        actor=order.customer,
+        subject_type="order",
+        subject_id=order.number,
+        subject_version=order.version,
+        amount_minor=amount_minor,
+        currency=order.currency,
         payload={"order_id": order.number, "amount_minor": amount_minor, "reason": "damaged", "note": "ü €"},
-        required_approvals=["customer"], status=status, failure_code=code,
-        proposal_key=proposal_key or uuid.uuid4().hex, digest="d" * 64,
+        required_approvals=["customer"],
+        status=status,
+        failure_code=code,
+        proposal_key=proposal_key or uuid.uuid4().hex,
+        digest="d" * 64,
         expires_at=timezone.now() + timedelta(minutes=15),
     )
 
@@ -48,8 +56,12 @@ def test_insert_rows_writes_what_save_would(o12):
 
 def test_insert_rows_sets_generated_keys_in_order(alice):
     session = agent_client_for(alice).agent_session
-    records = [IdempotencyRecord(agent_session=session, key=f"k{i}", request_fingerprint="f", response_status=0,
-                                 response_body={"i": i}) for i in range(3)]
+    records = [
+        IdempotencyRecord(
+            agent_session=session, key=f"k{i}", request_fingerprint="f", response_status=0, response_body={"i": i}
+        )
+        for i in range(3)
+    ]
 
     assert insert_rows(records) == 3
 

@@ -13,14 +13,37 @@ from tests.conftest import agent_client_for
 
 SHOP = {
     "customers": [{"username": "alice", "email": "alice@example.test", "password": "alice-pass-1"}],
-    "staff": [{"username": "sam", "email": "sam@example.test", "password": "sam-pass-1",
-               "groups": ["Refund reviewers", "Invoice approvers"]}],
-    "orders": [{"id": "o-12", "customer": "alice", "currency": "EUR", "total_minor": 1000,
-                "refunded_minor": 0, "status": "delivered", "placed_at": "2026-08-02",
-                "delivered_at": "2026-08-04", "payment_ref": "pi_o12"}],
-    "invoices": [{"number": "INV-17", "customer": "alice", "currency": "EUR", "status": "issued",
-                  "contacts": ["billing@example.test"],
-                  "lines": [{"description": "Consulting", "quantity": 1, "unit_minor": 12000}]}],
+    "staff": [
+        {
+            "username": "sam",
+            "email": "sam@example.test",
+            "password": "sam-pass-1",
+            "groups": ["Refund reviewers", "Invoice approvers"],
+        }
+    ],
+    "orders": [
+        {
+            "id": "o-12",
+            "customer": "alice",
+            "currency": "EUR",
+            "total_minor": 1000,
+            "refunded_minor": 0,
+            "status": "delivered",
+            "placed_at": "2026-08-02",
+            "delivered_at": "2026-08-04",
+            "payment_ref": "pi_o12",
+        }
+    ],
+    "invoices": [
+        {
+            "number": "INV-17",
+            "customer": "alice",
+            "currency": "EUR",
+            "status": "issued",
+            "contacts": ["billing@example.test"],
+            "lines": [{"description": "Consulting", "quantity": 1, "unit_minor": 12000}],
+        }
+    ],
     "standing_approvals": [{"invoice": "INV-17", "recipient": "billing@example.test", "approved_by": "sam"}],
 }
 
@@ -145,9 +168,7 @@ def test_seed_demo_loads_the_seed_documents_shop_and_mints_a_working_token(db, c
     assert [tool["name"] for tool in response.json()["tools"]] == ["refund_order", "send_invoice"]
 
 
-def test_seed_demo_runs_again_after_the_demo_was_used_and_mints_one_live_token(
-    db, django_capture_on_commit_callbacks
-):
+def test_seed_demo_runs_again_after_the_demo_was_used_and_mints_one_live_token(db, django_capture_on_commit_callbacks):
     """`make run` twice: the second seeding keeps the refund made in between (re-importing o-12 as
     unrefunded would contradict the ledger) and mints a fresh token, revoking the previous one."""
     from approvals.executions import preview_execute

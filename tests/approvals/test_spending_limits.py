@@ -38,7 +38,11 @@ def test_an_agent_session_cannot_propose_past_its_daily_total(settings, alice, o
     error = refused(propose(alice_agent, order_id="big-1", amount_minor=25000, reason="damaged"), "agent_daily_limit")
 
     assert (error["limit_minor"], error["used_minor"], error["amount_minor"], error["currency"]) == (
-        50000, 30000, 25000, "EUR")
+        50000,
+        30000,
+        25000,
+        "EUR",
+    )
     assert (error["limit"], error["used"]) == (50000, 30000)
     assert "€500.00 (50000)" in error["message"] and "€300.00 (30000)" in error["message"]
     assert "€250.00 (25000)" in error["message"] and "€200.00 (20000) remains" in error["message"]
@@ -57,16 +61,18 @@ def test_declined_expired_and_failed_previews_do_not_count_waiting_and_executed_
 ):
     settings.SPEND_LIMIT_AGENT_DAILY = {"EUR": 1000}
     settings.STAFF_REVIEW_THRESHOLDS = {"EUR": 100000}
-    declined = Preview.objects.get(pk=propose(alice_agent, order_id="big-0", amount_minor=600,
-                                              reason="damaged").json()["preview"]["id"])
+    declined = Preview.objects.get(
+        pk=propose(alice_agent, order_id="big-0", amount_minor=600, reason="damaged").json()["preview"]["id"]
+    )
     refused(propose(alice_agent, order_id="big-1", amount_minor=600, reason="damaged"), "agent_daily_limit")
     preview_decline(preview_id=declined.pk, person=alice, role=ApprovalRole.CUSTOMER, digest=declined.digest)
 
     waiting = propose(alice_agent, order_id="big-1", amount_minor=600, reason="damaged")
     assert waiting.status_code == 201
     Preview.objects.filter(pk=waiting.json()["preview"]["id"]).update(status=PreviewStatus.EXPIRED)
-    executed = Preview.objects.get(pk=propose(alice_agent, order_id="big-2", amount_minor=600,
-                                              reason="damaged").json()["preview"]["id"])
+    executed = Preview.objects.get(
+        pk=propose(alice_agent, order_id="big-2", amount_minor=600, reason="damaged").json()["preview"]["id"]
+    )
     Preview.objects.filter(pk=declined.pk).update(status=PreviewStatus.FAILED)
     with django_capture_on_commit_callbacks(execute=True):
         preview_approve(preview_id=executed.pk, approver=alice, role=ApprovalRole.CUSTOMER, digest=executed.digest)
@@ -81,9 +87,7 @@ def test_declined_expired_and_failed_previews_do_not_count_waiting_and_executed_
     assert propose(alice_agent, order_id="big-3", amount_minor=500, reason="damaged").status_code == 201
 
 
-def test_the_same_pending_proposal_again_is_answered_with_its_preview_not_refused(
-    settings, alice, orders, alice_agent
-):
+def test_the_same_pending_proposal_again_is_answered_with_its_preview_not_refused(settings, alice, orders, alice_agent):
     settings.SPEND_LIMIT_AGENT_DAILY = {"EUR": 1000}
     first = propose(alice_agent, order_id="big-0", amount_minor=800, reason="damaged")
     again = propose(alice_agent, order_id="big-0", amount_minor=800, reason="damaged")
@@ -156,8 +160,10 @@ def test_fifty_concurrent_proposals_from_one_session_cannot_exceed_the_daily_tot
             client = APIClient()
             client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
             barrier.wait(timeout=60)
-            body = {"name": "refund_order",
-                    "arguments": {"order_id": f"race-{index}", "amount_minor": 1500, "reason": "damaged"}}
+            body = {
+                "name": "refund_order",
+                "arguments": {"order_id": f"race-{index}", "amount_minor": 1500, "reason": "damaged"},
+            }
             response = client.post("/api/agent/tool-calls", body, format="json")
             answers[index] = (response.status_code, response.json())
         except Exception as error:  # noqa: BLE001 - reported below

@@ -22,8 +22,12 @@ def test_a_person_cannot_mint_more_live_sessions_than_allowed(alice, settings):
     settings.AGENT_SESSIONS_PER_USER_MAX = 3
     browser = logged_in_browser(alice)
     answers = [
-        browser.post("/api/agent/sessions", {"tools": ["refund_order"]}, format="json",
-                     headers={"X-CSRFToken": csrf_token(browser)})
+        browser.post(
+            "/api/agent/sessions",
+            {"tools": ["refund_order"]},
+            format="json",
+            headers={"X-CSRFToken": csrf_token(browser)},
+        )
         for _ in range(4)
     ]
     assert [a.status_code for a in answers] == [201, 201, 201, 403]
@@ -81,8 +85,9 @@ def test_concurrent_mints_do_not_pass_the_cap(settings):
 
 @pytest.fixture
 def fresh_throttles(settings):
-    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
-                                   "LOCATION": "throttles-not-multiplied"}}
+    settings.CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "throttles-not-multiplied"}
+    }
     from django.core.cache import caches
 
     caches["default"].clear()
@@ -106,8 +111,12 @@ def test_throttled_calls_are_counted_per_session_and_minute_not_audited_one_by_o
     settings.AGENT_THROTTLE_RATE = "2/min"
     settings.AGENT_REJECTED_CALLS_AUDITED_PER_MINUTE = 3
     client = agent_client_for(alice)
-    body = json.dumps({"name": "refund_order", "arguments": {"order_id": "o-12", "amount_minor": 1,
-                                                             "reason": "damaged", "pad": "x" * 5000}})
+    body = json.dumps(
+        {
+            "name": "refund_order",
+            "arguments": {"order_id": "o-12", "amount_minor": 1, "reason": "damaged", "pad": "x" * 5000},
+        }
+    )
     codes = [post_raw(client, body).status_code for _ in range(42)]
     assert codes == [400, 400] + [429] * 40
 

@@ -13,13 +13,47 @@ from refunds.serializers import RefundOrderArguments
 from tests.conftest import agent_client_for, propose
 
 # OpenAI function calling, strict mode ("Supported schemas" of Structured Outputs).
-OPENAI_STRICT = {"type", "description", "properties", "required", "additionalProperties", "enum", "const",
-                 "anyOf", "items", "pattern", "format", "$defs", "$ref"}
+OPENAI_STRICT = {
+    "type",
+    "description",
+    "properties",
+    "required",
+    "additionalProperties",
+    "enum",
+    "const",
+    "anyOf",
+    "items",
+    "pattern",
+    "format",
+    "$defs",
+    "$ref",
+}
 OPENAI_STRING_FORMATS = {"date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid"}
 # Gemini function declarations: the Schema object (OpenAPI 3.0 subset).
-GEMINI = {"type", "format", "title", "description", "nullable", "enum", "maxItems", "minItems", "properties",
-          "required", "minProperties", "maxProperties", "minLength", "maxLength", "pattern", "example", "anyOf",
-          "propertyOrdering", "default", "items", "minimum", "maximum"}
+GEMINI = {
+    "type",
+    "format",
+    "title",
+    "description",
+    "nullable",
+    "enum",
+    "maxItems",
+    "minItems",
+    "properties",
+    "required",
+    "minProperties",
+    "maxProperties",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "example",
+    "anyOf",
+    "propertyOrdering",
+    "default",
+    "items",
+    "minimum",
+    "maximum",
+}
 GEMINI_TYPES = {"string", "number", "integer", "boolean", "array", "object"}
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
@@ -55,8 +89,15 @@ def agent(alice):
 
 def test_the_default_shape_is_the_contracts(agent):
     body = agent.get("/api/agent/tools").json()
-    assert body == {"tools": [{"name": "refund_order", "description": body["tools"][0]["description"],
-                               "input_schema": input_json_schema(RefundOrderArguments)}]}
+    assert body == {
+        "tools": [
+            {
+                "name": "refund_order",
+                "description": body["tools"][0]["description"],
+                "input_schema": input_json_schema(RefundOrderArguments),
+            }
+        ]
+    }
     assert body["tools"][0]["input_schema"]["properties"]["amount_minor"]["maximum"] == MAX_SAFE_MINOR
 
 
@@ -136,8 +177,7 @@ def test_what_strict_mode_does_not_advertise_the_parser_still_enforces(agent, o1
 def test_the_listing_is_the_sessions_tools_in_every_format(alice):
     both = agent_client_for(alice, tools=("refund_order", "send_invoice"))
     only_refunds = agent_client_for(alice, tools=("refund_order",))
-    assert [t["name"] for t in both.get("/api/agent/tools?format=anthropic").json()] == ["refund_order",
-                                                                                        "send_invoice"]
+    assert [t["name"] for t in both.get("/api/agent/tools?format=anthropic").json()] == ["refund_order", "send_invoice"]
     assert [t["name"] for t in only_refunds.get("/api/agent/tools?format=anthropic").json()] == ["refund_order"]
     names = [d["name"] for d in both.get("/api/agent/tools?format=gemini").json()[0]["functionDeclarations"]]
     assert names == ["refund_order", "send_invoice"]

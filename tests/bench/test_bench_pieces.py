@@ -49,8 +49,9 @@ def _call(index):
 def test_a_fast_server_answers_on_schedule_over_kept_alive_connections():
     server = _serve(ThreadingHTTPServer, 0.005)
     try:
-        result = asyncio.run(run_open_loop(url=f"http://127.0.0.1:{server.server_port}/x", rate=100, seconds=1,
-                                           make_call=_call))
+        result = asyncio.run(
+            run_open_loop(url=f"http://127.0.0.1:{server.server_port}/x", rate=100, seconds=1, make_call=_call)
+        )
     finally:
         server.shutdown()
     assert result["requests"] == 100 and result["statuses"] == {"201": 100}
@@ -65,8 +66,9 @@ def test_requests_queued_behind_a_slow_server_are_charged_from_their_scheduled_t
     closed loop would report about 20 ms × connections whatever the queue."""
     server = _serve(_OneAtATime, 0.02, protocol="HTTP/1.0")  # one connection at a time, closed after each
     try:
-        result = asyncio.run(run_open_loop(url=f"http://127.0.0.1:{server.server_port}/x", rate=100, seconds=1,
-                                           make_call=_call))
+        result = asyncio.run(
+            run_open_loop(url=f"http://127.0.0.1:{server.server_port}/x", rate=100, seconds=1, make_call=_call)
+        )
     finally:
         server.shutdown()
     assert result["statuses"] == {"201": 100}, result

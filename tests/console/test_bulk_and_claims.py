@@ -43,9 +43,13 @@ def test_a_changed_preview_is_refused_alone_and_the_rest_proceed(
     Order.objects.filter(number="o-72").update(version=2)
     with django_capture_on_commit_callbacks(execute=True):
         response = reviewer_client.post(
-        "/console/bulk",
-            {"decision": "approve", "confirmed": "on", "back": "/console/?state=awaiting_staff",
-             "item": [item(p) for p in three_waiting]},
+            "/console/bulk",
+            {
+                "decision": "approve",
+                "confirmed": "on",
+                "back": "/console/?state=awaiting_staff",
+                "item": [item(p) for p in three_waiting],
+            },
             follow=True,
         )
     assert response.redirect_chain[-1][0] == "/console/?state=awaiting_staff"
@@ -60,7 +64,8 @@ def test_a_changed_preview_is_refused_alone_and_the_rest_proceed(
     # Every decision audited on its own, each bound to its own digest.
     approvals = AuditRecord.objects.filter(event=AuditEvent.APPROVED, actor=reviewer)
     assert {(r.preview_id, r.approval_basis["digest"]) for r in approvals} == {
-        (first.pk, first.digest), (third.pk, third.digest)
+        (first.pk, first.digest),
+        (third.pk, third.digest),
     }
     assert approvals.first().approval_basis["basis"] == "staff console bulk review"
     assert AuditRecord.objects.filter(event=AuditEvent.DECISION_REFUSED, preview=changed).count() == 1
@@ -70,8 +75,12 @@ def test_a_digest_that_does_not_match_is_refused_alone(three_waiting, reviewer_c
     first, second, third = three_waiting
     response = reviewer_client.post(
         "/console/bulk",
-        {"decision": "reject", "note": "Duplicate requests", "confirmed": "on",
-         "item": [item(first), item(second, digest="a" * 64), item(third, version=9)]},
+        {
+            "decision": "reject",
+            "note": "Duplicate requests",
+            "confirmed": "on",
+            "item": [item(first), item(second, digest="a" * 64), item(third, version=9)],
+        },
         follow=True,
     )
     page = response.content.decode()
@@ -84,8 +93,9 @@ def test_a_digest_that_does_not_match_is_refused_alone(three_waiting, reviewer_c
 
 
 def test_bulk_reject_needs_a_note_and_bulk_needs_items(three_waiting, reviewer_client):
-    response = reviewer_client.post("/console/bulk", {"decision": "reject", "item": [item(three_waiting[0])]},
-                                    follow=True)
+    response = reviewer_client.post(
+        "/console/bulk", {"decision": "reject", "item": [item(three_waiting[0])]}, follow=True
+    )
     assert "Write a note" in response.content.decode()
     response = reviewer_client.post("/console/bulk", {"decision": "approve"}, follow=True)
     assert "Tick at least one preview." in response.content.decode()
@@ -104,8 +114,8 @@ def test_bulk_cannot_reach_previews_of_kinds_one_may_not_review(three_waiting, s
 
 def test_the_back_address_stays_in_the_console(three_waiting, reviewer_client):
     response = reviewer_client.post(
-        "/console/bulk", {"decision": "approve", "confirmed": "on", "back": "https://evil.example/",
-                          "item": [item(three_waiting[0])]}
+        "/console/bulk",
+        {"decision": "approve", "confirmed": "on", "back": "https://evil.example/", "item": [item(three_waiting[0])]},
     )
     assert response["Location"] == "/console/"
 
@@ -144,9 +154,7 @@ def test_claim_assign_take_over_and_release(awaiting_staff, reviewer, second_rev
 def test_approve_and_next_opens_the_next_preview_this_reviewer_can_decide(three_waiting, reviewer_client):
     """(The worker is not run here: approved previews simply stop waiting for staff.)"""
     first, second, third = three_waiting
-    response = reviewer_client.post(
-        f"/console/previews/{first.pk}/approve", {"digest": first.digest, "then": "next"}
-    )
+    response = reviewer_client.post(f"/console/previews/{first.pk}/approve", {"digest": first.digest, "then": "next"})
     assert response["Location"] == f"/console/previews/{second.pk}/"
     response = reviewer_client.post(
         f"/console/previews/{second.pk}/reject", {"digest": second.digest, "note": "No", "then": "next"}
@@ -168,25 +176,46 @@ def test_queue_columns_and_search_by_customer_email_and_recipient(awaiting_staff
     assert str(awaiting_staff.pk) not in reviewer_client.get("/console/?q=bob@example").content.decode()
 
 
-
 def test_a_refund_after_an_earlier_one_is_not_flagged_first(awaiting_staff, reviewer_client, alice):
-    Refund.objects.create(order=awaiting_staff.actor.orders.first(), preview=Preview.objects.create(
-        action="refund_order", actor=alice, subject_type="order", subject_id="o-77", subject_version=1,
-        payload={}, amount_minor=100, currency="EUR", proposal_key="p" * 64, digest="e" * 64,
-        required_approvals=["customer"], status="executed", expires_at=awaiting_staff.expires_at,
-    ), amount_minor=100, currency="EUR", reason="damaged", gateway_refund_id="re_1")
+    Refund.objects.create(
+        order=awaiting_staff.actor.orders.first(),
+        preview=Preview.objects.create(
+            action="refund_order",
+            actor=alice,
+            subject_type="order",
+            subject_id="o-77",
+            subject_version=1,
+            payload={},
+            amount_minor=100,
+            currency="EUR",
+            proposal_key="p" * 64,
+            digest="e" * 64,
+            required_approvals=["customer"],
+            status="executed",
+            expires_at=awaiting_staff.expires_at,
+        ),
+        amount_minor=100,
+        currency="EUR",
+        reason="damaged",
+        gateway_refund_id="re_1",
+    )
     page = reviewer_client.get("/console/").content.decode()
     assert 'data-flag="first_refund"' not in page
 
 
-def test_a_processing_preview_page_polls_its_status(awaiting_staff, reviewer_client, second_reviewer,
-                                                    staff_without_permission, django_capture_on_commit_callbacks):
+def test_a_processing_preview_page_polls_its_status(
+    awaiting_staff, reviewer_client, second_reviewer, staff_without_permission, django_capture_on_commit_callbacks
+):
     from approvals.models import ApprovalRole
     from approvals.services import preview_approve
 
     with django_capture_on_commit_callbacks(execute=False):
-        preview_approve(preview_id=awaiting_staff.pk, approver=second_reviewer, role=ApprovalRole.STAFF,
-                        digest=awaiting_staff.digest)
+        preview_approve(
+            preview_id=awaiting_staff.pk,
+            approver=second_reviewer,
+            role=ApprovalRole.STAFF,
+            digest=awaiting_staff.digest,
+        )
     page = reviewer_client.get(f"/console/previews/{awaiting_staff.pk}/").content.decode()
     assert f'data-poll-url="/console/previews/{awaiting_staff.pk}/status"' in page
     assert '<noscript><meta http-equiv="refresh" content="15"></noscript>' in page

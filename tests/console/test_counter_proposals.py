@@ -83,8 +83,11 @@ def test_a_counter_proposal_goes_through_the_same_policy(awaiting_staff, reviewe
     refusal = AuditRecord.objects.get(preview=awaiting_staff, event=AuditEvent.DECISION_REFUSED)
     assert refusal.result["error"]["code"] == "amount_exceeds_remaining"
 
-    for values, code in [({"amount": "abc"}, "counter_amount_invalid"), ({"amount": "1.234"}, "counter_amount_invalid"),
-                         ({"amount": "120.00"}, "counter_unchanged")]:
+    for values, code in [
+        ({"amount": "abc"}, "counter_amount_invalid"),
+        ({"amount": "1.234"}, "counter_amount_invalid"),
+        ({"amount": "120.00"}, "counter_unchanged"),
+    ]:
         with pytest.raises(DecisionError) as refused:
             preview_counter_propose(
                 preview_id=awaiting_staff.pk, reviewer=reviewer, digest=awaiting_staff.digest, values=values
@@ -135,8 +138,9 @@ def test_staff_without_the_permission_cannot_counter_propose(awaiting_staff, sta
 def test_only_a_preview_waiting_for_staff_can_be_countered(big_order, reviewer):
     preview = proposed(big_order.customer, big_order.number, 12000)  # still waits for the customer
     with pytest.raises(DecisionError) as refused:
-        preview_counter_propose(preview_id=preview.pk, reviewer=reviewer, digest=preview.digest,
-                                values={"amount": "80"})
+        preview_counter_propose(
+            preview_id=preview.pk, reviewer=reviewer, digest=preview.digest, values={"amount": "80"}
+        )
     assert refused.value.code == "not_awaiting_decision"
 
 
@@ -156,7 +160,11 @@ def test_the_old_preview_can_no_longer_be_approved(awaiting_staff, reviewer, sec
         preview_id=awaiting_staff.pk, reviewer=reviewer, digest=awaiting_staff.digest, values={"amount": "80"}
     )
     with pytest.raises(DecisionError) as refused:
-        preview_approve(preview_id=awaiting_staff.pk, approver=second_reviewer, role=ApprovalRole.STAFF,
-                        digest=awaiting_staff.digest)
+        preview_approve(
+            preview_id=awaiting_staff.pk,
+            approver=second_reviewer,
+            role=ApprovalRole.STAFF,
+            digest=awaiting_staff.digest,
+        )
     assert refused.value.code == "not_awaiting_decision"
     assert not Refund.objects.exists()

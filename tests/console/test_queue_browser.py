@@ -69,8 +69,9 @@ def test_the_queue_from_the_keyboard_with_bulk_approval(live_server, browser_env
         OrderFactory(number=number, customer=alice, currency="EUR", total_minor=50000)
         previews.append(confirmed(proposed(alice, number, 12000 + len(previews))))
 
-    context = browser_env.new_context(viewport={"width": 1280, "height": 900}, bypass_csp=True,
-                                      timezone_id="Europe/Berlin")
+    context = browser_env.new_context(
+        viewport={"width": 1280, "height": 900}, bypass_csp=True, timezone_id="Europe/Berlin"
+    )
     context.add_cookies([session_cookie(reviewer, live_server.url)])
     page = context.new_page()
     page.goto(f"{live_server.url}/console/")
@@ -134,22 +135,27 @@ def test_the_pages_at_390_px_and_with_axe(live_server, browser_env, alice, setti
     from approvals.models import ApprovalRole
     from approvals.services import preview_approve
 
-    preview_approve(preview_id=waiting.pk, approver=make_reviewer("ron"), role=ApprovalRole.STAFF,
-                    digest=waiting.digest)
+    preview_approve(
+        preview_id=waiting.pk, approver=make_reviewer("ron"), role=ApprovalRole.STAFF, digest=waiting.digest
+    )
     OrderFactory(number="o-65", customer=alice, currency="EUR", total_minor=9000)
     to_confirm = proposed(alice, "o-65", 3000)
     from approvals.counter import preview_counter_propose
 
     OrderFactory(number="o-67", customer=alice, currency="EUR", total_minor=50000)
     countered = confirmed(proposed(alice, "o-67", 15000))
-    changed = preview_counter_propose(preview_id=countered.pk, reviewer=reviewer, digest=countered.digest,
-                                      values={"amount": "80"})
+    changed = preview_counter_propose(
+        preview_id=countered.pk, reviewer=reviewer, digest=countered.digest, values={"amount": "80"}
+    )
 
     staff = browser_env.new_context(viewport={"width": 390, "height": 844}, bypass_csp=True, is_mobile=True)
     staff.add_cookies([session_cookie(reviewer, live_server.url)])
     page = staff.new_page()
-    for name, path in [("queue", "/console/"), ("detail", f"/console/previews/{waiting.pk}/"),
-                       ("timeline", f"/console/previews/{waiting.pk}/audit/")]:
+    for name, path in [
+        ("queue", "/console/"),
+        ("detail", f"/console/previews/{waiting.pk}/"),
+        ("timeline", f"/console/previews/{waiting.pk}/audit/"),
+    ]:
         page.goto(live_server.url + path)
         page.screenshot(path=str(ARTIFACTS / f"390-{name}.png"), full_page=True)
         assert no_horizontal_overflow(page), name
@@ -158,13 +164,18 @@ def test_the_pages_at_390_px_and_with_axe(live_server, browser_env, alice, setti
     expect(page.locator("#quorum")).to_have_text("1 of 2 staff approvals")
     staff.close()
 
-    customer = browser_env.new_context(viewport={"width": 390, "height": 844}, bypass_csp=True, is_mobile=True,
-                                       timezone_id="America/New_York")
+    customer = browser_env.new_context(
+        viewport={"width": 390, "height": 844}, bypass_csp=True, is_mobile=True, timezone_id="America/New_York"
+    )
     customer.add_cookies([session_cookie(alice, live_server.url)])
     page = customer.new_page()
-    pages = [("customer-confirm", f"/previews/{to_confirm.pk}/"), ("customer-waiting", f"/previews/{waiting.pk}/"),
-             ("my-requests", "/previews/"), ("customer-changed-old", f"/previews/{countered.pk}/"),
-             ("customer-changed-new", f"/previews/{changed.pk}/")]
+    pages = [
+        ("customer-confirm", f"/previews/{to_confirm.pk}/"),
+        ("customer-waiting", f"/previews/{waiting.pk}/"),
+        ("my-requests", "/previews/"),
+        ("customer-changed-old", f"/previews/{countered.pk}/"),
+        ("customer-changed-new", f"/previews/{changed.pk}/"),
+    ]
     for name, path in pages:
         page.goto(live_server.url + path)
         page.screenshot(path=str(ARTIFACTS / f"390-{name}.png"), full_page=True)
@@ -199,8 +210,9 @@ def test_the_waiting_page_updates_itself_when_staff_decide(live_server, browser_
     from approvals.models import ApprovalRole
     from approvals.services import preview_approve
 
-    preview_approve(preview_id=waiting.pk, approver=make_reviewer("rita"), role=ApprovalRole.STAFF,
-                    digest=waiting.digest)
+    preview_approve(
+        preview_id=waiting.pk, approver=make_reviewer("rita"), role=ApprovalRole.STAFF, digest=waiting.digest
+    )
     expect(page.locator("[data-status]")).to_have_attribute("data-status", "executed", timeout=15000)
     page.screenshot(path=str(ARTIFACTS / "customer-updated.png"), full_page=True)
     context.close()

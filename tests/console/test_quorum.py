@@ -68,15 +68,21 @@ def test_two_distinct_reviewers_are_needed_and_the_console_shows_1_of_2(
     assert preview.status == PreviewStatus.EXECUTED  # eager Celery: executed once the quorum is met
     assert Refund.objects.get(preview=preview).amount_minor == 25000
     assert set(Approval.objects.filter(preview=preview, role="staff").values_list("approver__username", flat=True)) == {
-        "rita", "ron"
+        "rita",
+        "ron",
     }
 
 
 def test_any_rejection_ends_it_even_after_an_approval(big_order, reviewer, second_reviewer):
     preview = confirmed(proposed(big_order.customer, big_order.number, 25000))
     staff_approve(preview, reviewer)
-    preview_decline(preview_id=preview.pk, person=second_reviewer, role=ApprovalRole.STAFF, digest=preview.digest,
-                    note="Too much for a scratch")
+    preview_decline(
+        preview_id=preview.pk,
+        person=second_reviewer,
+        role=ApprovalRole.STAFF,
+        digest=preview.digest,
+        note="Too much for a scratch",
+    )
     preview.refresh_from_db()
     assert preview.status == PreviewStatus.REJECTED
     third = make_reviewer("tess")
@@ -137,8 +143,9 @@ def test_a_band_reached_below_the_threshold_still_asks_staff(big_order, settings
 def test_the_agent_api_shows_the_count(big_order):
     from tests.conftest import agent_client_for, propose
 
-    response = propose(agent_client_for(big_order.customer), order_id=big_order.number, amount_minor=25000,
-                       reason="damaged")
+    response = propose(
+        agent_client_for(big_order.customer), order_id=big_order.number, amount_minor=25000, reason="damaged"
+    )
     assert response.status_code == 201
     assert response.json()["preview"]["staff_approvals_needed"] == 2
 

@@ -14,9 +14,7 @@ IDS = ["2026/0042", "%00", "a?b#c", "../../admin", "o-12/audit", "100%", "x&y=z"
 
 
 @pytest.mark.parametrize("number", IDS)
-def test_a_preview_on_any_order_id_can_be_reviewed_and_its_audit_trail_opened(
-    customer, reviewer_client, number
-):
+def test_a_preview_on_any_order_id_can_be_reviewed_and_its_audit_trail_opened(customer, reviewer_client, number):
     """Orders come from the shop's own systems as well as the import: the console must take any id."""
     OrderFactory(number=number, customer=customer, currency="EUR", total_minor=50000)
     preview = confirmed(proposed(customer, number, 20000))
@@ -25,7 +23,7 @@ def test_a_preview_on_any_order_id_can_be_reviewed_and_its_audit_trail_opened(
     detail = reviewer_client.get(f"/console/previews/{preview.pk}/")
     assert detail.status_code == 200
     page = detail.content.decode()
-    link = f'/console/subjects/order/audit/?id={quote(number, safe="")}'
+    link = f"/console/subjects/order/audit/?id={quote(number, safe='')}"
     assert f'href="{html.escape(link)}"' in page
     assert f"Audit trail of order {html.escape(number)}" in page
 

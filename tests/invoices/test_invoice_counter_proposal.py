@@ -22,12 +22,14 @@ def test_the_unknown_recipient_is_flagged_and_replaced_by_a_known_contact(
     assert '<option value="billing@example.test">' in page  # the known contacts are the only choices
 
     with pytest.raises(DecisionError) as refused:
-        preview_counter_propose(preview_id=preview.pk, reviewer=ivy, digest=preview.digest,
-                                values={"recipient": "other@example.test"})
+        preview_counter_propose(
+            preview_id=preview.pk, reviewer=ivy, digest=preview.digest, values={"recipient": "other@example.test"}
+        )
     assert refused.value.code == "recipient_not_known_contact"
 
-    response = client.post(f"/console/previews/{preview.pk}/counter",
-                           {"digest": preview.digest, "recipient": "billing@example.test"})
+    response = client.post(
+        f"/console/previews/{preview.pk}/counter", {"digest": preview.digest, "recipient": "billing@example.test"}
+    )
     new = Preview.objects.get(supersedes=preview)
     assert response.status_code == 302
     assert new.payload["recipient"] == "billing@example.test"

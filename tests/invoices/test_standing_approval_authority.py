@@ -31,8 +31,9 @@ def _import(tmp_path, document):
 
 
 def _grant(approved_by):
-    return {"standing_approvals": [{"invoice": "INV-17", "recipient": "billing@example.test",
-                                    "approved_by": approved_by}]}
+    return {
+        "standing_approvals": [{"invoice": "INV-17", "recipient": "billing@example.test", "approved_by": approved_by}]
+    }
 
 
 @pytest.mark.parametrize(
@@ -138,28 +139,33 @@ def test_each_use_of_a_standing_approval_is_audited(
     used = AuditRecord.objects.get(event="standing_approval_used")
     assert used.preview_id == preview.pk
     assert used.actor.username == "sam"
-    assert used.result == {"standing_approval": standing_inv17.pk, "recipient": "billing@example.test",
-                           "approved_by": "sam"}
+    assert used.result == {
+        "standing_approval": standing_inv17.pk,
+        "recipient": "billing@example.test",
+        "approved_by": "sam",
+    }
     assert len(smtp_server.messages) == 1
 
 
 # Item 6 ----------------------------------------------------------------------------------------
 
 HOSTILE = [
-    '<img src=x onerror=alert(1)><script>alert(2)</script>',
-    '</pre><svg onload=alert(3)>',
+    "<img src=x onerror=alert(1)><script>alert(2)</script>",
+    "</pre><svg onload=alert(3)>",
     '"><iframe src=javascript:alert(4)>',
 ]
 
 
 @pytest.mark.parametrize("text", HOSTILE)
 def test_invoice_text_is_escaped_in_the_console(client, alice, text):
-    invoice = Invoice.objects.create(number="INV-66", customer=alice, currency="EUR", status="issued",
-                                     total_minor=100)
+    invoice = Invoice.objects.create(number="INV-66", customer=alice, currency="EUR", status="issued", total_minor=100)
     InvoiceLine.objects.create(invoice=invoice, position=1, description=text, quantity=1, unit_minor=100)
     agent = agent_client_for(alice, tools=("send_invoice",))
-    response = agent.post("/api/agent/tool-calls", {"name": "send_invoice", "arguments": {
-        "invoice_id": "INV-66", "recipient": "billing@example.test"}}, format="json")
+    response = agent.post(
+        "/api/agent/tool-calls",
+        {"name": "send_invoice", "arguments": {"invoice_id": "INV-66", "recipient": "billing@example.test"}},
+        format="json",
+    )
     assert response.status_code == 201, response.content
     client.force_login(_staff("ivy", "Invoice approvers"))
 

@@ -14,11 +14,13 @@ PROMETHEUS = ROOT / "deploy" / "prometheus"
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed (Debian: prometheus)")
 def test_the_alert_rules_pass_promtool_and_their_unit_tests():
-    check = subprocess.run(["promtool", "check", "rules", "alerts.yml"], cwd=PROMETHEUS, capture_output=True,
-                           text=True, timeout=60)
+    check = subprocess.run(
+        ["promtool", "check", "rules", "alerts.yml"], cwd=PROMETHEUS, capture_output=True, text=True, timeout=60
+    )
     assert check.returncode == 0, check.stdout + check.stderr
-    unit = subprocess.run(["promtool", "test", "rules", "alerts_test.yml"], cwd=PROMETHEUS, capture_output=True,
-                          text=True, timeout=60)
+    unit = subprocess.run(
+        ["promtool", "test", "rules", "alerts_test.yml"], cwd=PROMETHEUS, capture_output=True, text=True, timeout=60
+    )
     assert unit.returncode == 0, unit.stdout + unit.stderr
 
 
@@ -50,8 +52,11 @@ def test_the_systemd_units_run_the_documented_commands_and_stop_gracefully():
 
 
 def test_the_procfile_names_web_worker_beat_and_the_sealer():
-    lines = dict(line.split(": ", 1) for line in (ROOT / "Procfile").read_text().splitlines()
-                 if line and not line.startswith("#"))
+    lines = dict(
+        line.split(": ", 1)
+        for line in (ROOT / "Procfile").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
     assert set(lines) == {"release", "web", "worker", "beat", "sealer"}
     assert lines["sealer"].endswith("manage.py seal_audit --loop")
     assert "gunicorn -c config/gunicorn.conf.py config.wsgi:application" in lines["web"]

@@ -50,9 +50,17 @@ def test_a_json_line_has_time_level_logger_message_and_the_context(json_lines):
     inside, outside = json_lines()
     assert inside["time"].endswith("+00:00") and inside["time"][:4].isdigit()
     assert {k: inside[k] for k in ("level", "logger", "message", "attempt")} == {
-        "level": "WARNING", "logger": "approvals.test", "message": "something happened", "attempt": 2}
+        "level": "WARNING",
+        "logger": "approvals.test",
+        "message": "something happened",
+        "attempt": 2,
+    }
     assert (inside["request_id"], inside["preview_id"], inside["agent_session"], inside["action"]) == (
-        "req-1", "p-1", "7", "refund_order")
+        "req-1",
+        "p-1",
+        "7",
+        "refund_order",
+    )
     assert outside["message"] == "outside" and "request_id" not in outside and "preview_id" not in outside
 
 
@@ -89,11 +97,23 @@ def test_ids_and_amounts_are_left_alone():
 
 
 def test_secret_fields_are_dropped_whole_and_context_fields_kept():
-    scrubbed = logs.scrub_value({"password": "x", "email_body": "Dear…", "headers": {"Authorization": "k"},
-                                 "agent_session": "12", "token_prefix": "agt_abc", "amount_minor": 500})
+    scrubbed = logs.scrub_value(
+        {
+            "password": "x",
+            "email_body": "Dear…",
+            "headers": {"Authorization": "k"},
+            "agent_session": "12",
+            "token_prefix": "agt_abc",
+            "amount_minor": 500,
+        }
+    )
     assert scrubbed == {
-        "password": "[redacted]", "email_body": "[redacted]", "headers": {"Authorization": "[redacted]"},
-        "agent_session": "12", "token_prefix": "agt_[redacted]", "amount_minor": 500,
+        "password": "[redacted]",
+        "email_body": "[redacted]",
+        "headers": {"Authorization": "[redacted]"},
+        "agent_session": "12",
+        "token_prefix": "agt_[redacted]",
+        "amount_minor": 500,
     }
 
 
@@ -110,8 +130,9 @@ def test_exceptions_are_scrubbed_in_the_json_line(json_lines):
 def test_propose_confirm_execute_lines_join_on_the_preview_across_web_and_worker(
     json_lines, transactional_db, alice, o12, alice_agent
 ):
-    created = propose(alice_agent, headers={"X-Request-ID": "req-propose"},
-                      order_id="o-12", amount_minor=500, reason="damaged")
+    created = propose(
+        alice_agent, headers={"X-Request-ID": "req-propose"}, order_id="o-12", amount_minor=500, reason="damaged"
+    )
     assert created.status_code == 201 and created["X-Request-ID"] == "req-propose"
     preview_id = created.json()["preview"]["id"]
     preview = Preview.objects.get(pk=preview_id)
@@ -119,8 +140,9 @@ def test_propose_confirm_execute_lines_join_on_the_preview_across_web_and_worker
     browser = Client()
     assert browser.post("/accounts/login/", {"username": "alice", "password": PASSWORD}).status_code == 302
     # Eager Celery: the worker's task runs in this process, in the request, once the confirmation commits.
-    confirmed = browser.post(f"/previews/{preview_id}/confirm", {"digest": preview.digest},
-                             HTTP_X_REQUEST_ID="req-confirm")
+    confirmed = browser.post(
+        f"/previews/{preview_id}/confirm", {"digest": preview.digest}, HTTP_X_REQUEST_ID="req-confirm"
+    )
     assert confirmed.status_code == 302 and confirmed["X-Request-ID"] == "req-confirm"
     preview.refresh_from_db()
     assert preview.status == PreviewStatus.EXECUTED
@@ -129,11 +151,15 @@ def test_propose_confirm_execute_lines_join_on_the_preview_across_web_and_worker
     by_message = {line["message"]: line for line in lines}
     assert {"proposal created", "preview confirmed", "execution succeeded"} <= set(by_message)
     session = str(alice_agent.agent_session.pk)
-    for message, request_id in (("proposal created", "req-propose"), ("preview confirmed", "req-confirm"),
-                                ("execution succeeded", "req-confirm")):
+    for message, request_id in (
+        ("proposal created", "req-propose"),
+        ("preview confirmed", "req-confirm"),
+        ("execution succeeded", "req-confirm"),
+    ):
         line = by_message[message]
-        assert (line["request_id"], line["agent_session"], line["action"]) == (
-            request_id, session, "refund_order"), line
+        assert (line["request_id"], line["agent_session"], line["action"]) == (request_id, session, "refund_order"), (
+            line
+        )
         assert line["logger"] == "approvals.pipeline"
     assert by_message["execution succeeded"]["confirm_to_executed_seconds"] >= 0
     # The whole output: no agent token, no password, not even in Django's own lines.
@@ -149,13 +175,19 @@ def test_a_published_task_carries_the_context_and_the_worker_binds_it():
         send_log_context(headers=headers)
     finally:
         logs.reset(token)
-    assert headers["log_context"] == {"request_id": "req-confirm", "preview_id": "p-1", "agent_session": "7",
-                                      "action": "refund_order"}
+    assert headers["log_context"] == {
+        "request_id": "req-confirm",
+        "preview_id": "p-1",
+        "agent_session": "7",
+        "action": "refund_order",
+    }
     assert logs.current() == {}
 
     # In the worker the header is an attribute of the task's request.
-    task = SimpleNamespace(name="approvals.execute_preview",
-                           request=SimpleNamespace(is_eager=False, id="task-1", log_context=headers["log_context"]))
+    task = SimpleNamespace(
+        name="approvals.execute_preview",
+        request=SimpleNamespace(is_eager=False, id="task-1", log_context=headers["log_context"]),
+    )
     bind_log_context(task=task, args=["p-1"], kwargs={})
     assert logs.current() == headers["log_context"]
     unbind_log_context(task=task)
@@ -169,8 +201,9 @@ def test_a_published_task_carries_the_context_and_the_worker_binds_it():
 
 
 def test_djangos_own_line_about_a_refused_request_carries_its_request_id(json_lines, alice_agent):
-    response = propose(alice_agent, headers={"X-Request-ID": "req-422"}, order_id="nope", amount_minor=1,
-                       reason="damaged")
+    response = propose(
+        alice_agent, headers={"X-Request-ID": "req-422"}, order_id="nope", amount_minor=1, reason="damaged"
+    )
     assert response.status_code == 422
     (line,) = [line for line in json_lines() if line["logger"] == "django.request"]
     assert line["message"] == "Unprocessable Entity: /api/agent/tool-calls" and line["request_id"] == "req-422"

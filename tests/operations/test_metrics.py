@@ -120,8 +120,9 @@ def test_a_scripted_flow_moves_each_counter_by_what_it_did(
 def test_a_refused_decision_and_a_refusal_before_the_effect_are_counted_by_code(
     client, metrics_token, alice, o12, alice_agent, django_capture_on_commit_callbacks
 ):
-    preview = Preview.objects.get(pk=propose(alice_agent, order_id="o-12", amount_minor=500, reason="damaged")
-                                  .json()["preview"]["id"])
+    preview = Preview.objects.get(
+        pk=propose(alice_agent, order_id="o-12", amount_minor=500, reason="damaged").json()["preview"]["id"]
+    )
     before = samples(scrape(client))
     # The order changes between the confirmation and the execution: refused before any effect.
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
@@ -137,11 +138,17 @@ def test_a_refused_decision_and_a_refusal_before_the_effect_are_counted_by_code(
     def moved(name, **labels):
         return value(after, name, **labels) - value(before, name, **labels)
 
-    assert moved("gateway_executions_total", action=ACTION, outcome="refused_before_effect",
-                 error_class="subject_changed") == 1
+    assert (
+        moved("gateway_executions_total", action=ACTION, outcome="refused_before_effect", error_class="subject_changed")
+        == 1
+    )
     assert moved("gateway_executions_total", action=ACTION, outcome="succeeded", error_class="") == 0
-    assert moved("gateway_decisions_total", action=ACTION, role="customer", decision="refused",
-                 code="not_awaiting_decision") == 1
+    assert (
+        moved(
+            "gateway_decisions_total", action=ACTION, role="customer", decision="refused", code="not_awaiting_decision"
+        )
+        == 1
+    )
 
 
 def test_every_state_that_is_not_settled_has_a_gauge_for_every_action(client, metrics_token, db):
@@ -150,8 +157,14 @@ def test_every_state_that_is_not_settled_has_a_gauge_for_every_action(client, me
     assert {"awaiting_customer", "awaiting_staff", "approved"} <= set(statuses)
     assert not {"executed", "declined", "rejected", "expired", "superseded", "failed"} & set(statuses)
     # Derived from PreviewStatus: a status added later (needs_attention) is counted without a change here.
-    assert set(statuses) == {s.value for s in PreviewStatus} - {"executed", "declined", "rejected", "expired",
-                                                                 "superseded", "failed"}
+    assert set(statuses) == {s.value for s in PreviewStatus} - {
+        "executed",
+        "declined",
+        "rejected",
+        "expired",
+        "superseded",
+        "failed",
+    }
     for action in ("refund_order", "send_invoice"):
         for status in statuses:
             assert ("gateway_previews", frozenset({"action": action, "status": status}.items())) in parsed
@@ -162,13 +175,15 @@ def test_the_oldest_preview_waiting_for_staff_is_measured(
 ):
     settings.STAFF_REVIEW_THRESHOLDS = {"EUR": 100}
     OrderFactory(number="o-90", customer=alice, currency="EUR", total_minor=5000)
-    preview = Preview.objects.get(pk=propose(alice_agent, order_id="o-90", amount_minor=500, reason="damaged")
-                                  .json()["preview"]["id"])
+    preview = Preview.objects.get(
+        pk=propose(alice_agent, order_id="o-90", amount_minor=500, reason="damaged").json()["preview"]["id"]
+    )
     confirm(preview, alice, django_capture_on_commit_callbacks)
     with tampering():
         # Proposed an hour ago, confirmed (so waiting for staff) 42 minutes ago.
-        Preview.objects.filter(pk=preview.pk).update(created_at=timezone.now() - timedelta(minutes=60),
-                                                     status_changed_at=timezone.now() - timedelta(minutes=42))
+        Preview.objects.filter(pk=preview.pk).update(
+            created_at=timezone.now() - timedelta(minutes=60), status_changed_at=timezone.now() - timedelta(minutes=42)
+        )
     parsed = samples(scrape(client))
     assert value(parsed, "gateway_previews", action=ACTION, status="awaiting_staff") == 1
     age = value(parsed, "gateway_preview_oldest_age_seconds", action=ACTION, status="awaiting_staff")
@@ -180,6 +195,9 @@ def test_the_previews_gauge_is_one_query_whatever_the_count(alice, o12, alice_ag
         assert propose(alice_agent, order_id="o-12", amount_minor=amount, reason="damaged").status_code == 201
     with django_assert_num_queries(1):
         families = {family.name: family for family in PipelineCollector().collect()}
-    waiting = [s for s in families["gateway_previews"].samples if s.labels["status"] == "awaiting_customer"
-               and s.labels["action"] == ACTION]
+    waiting = [
+        s
+        for s in families["gateway_previews"].samples
+        if s.labels["status"] == "awaiting_customer" and s.labels["action"] == ACTION
+    ]
     assert [s.value for s in waiting] == [5]

@@ -23,11 +23,17 @@ metrics.http_request("agent-tool-calls", "POST", 201, 0.004)
 
 def test_metrics_add_up_the_counters_of_every_process(client, db, settings, tmp_path, monkeypatch):
     settings.METRICS_TOKEN = METRICS_TOKEN
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "config.settings",
-           "DATABASE_URL": "sqlite:///:memory:", "REDIS_URL": ""}
+    env = {
+        **os.environ,
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path),
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+        "DATABASE_URL": "sqlite:///:memory:",
+        "REDIS_URL": "",
+    }
     for _worker in range(2):
-        result = subprocess.run([sys.executable, "-c", COUNT_ONE_PROPOSAL], cwd=ROOT, env=env,
-                                capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            [sys.executable, "-c", COUNT_ONE_PROPOSAL], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+        )
         assert result.returncode == 0, result.stderr
     assert len(list(tmp_path.glob("counter_*.db"))) == 2  # one file per process
 

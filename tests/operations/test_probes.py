@@ -79,8 +79,10 @@ def test_readyz_with_the_database_down_is_503_naming_it_and_nothing_more(client,
 
 def test_readyz_with_a_migration_not_applied_is_503(client, db, no_broker):
     with connection.cursor() as cursor:
-        cursor.execute("DELETE FROM django_migrations WHERE app = 'approvals' AND name = (SELECT MAX(name) "
-                       "FROM django_migrations WHERE app = 'approvals')")
+        cursor.execute(
+            "DELETE FROM django_migrations WHERE app = 'approvals' AND name = (SELECT MAX(name) "
+            "FROM django_migrations WHERE app = 'approvals')"
+        )
     response = client.get("/readyz", **PROBE)
     assert response.status_code == 503
     assert response.json() == {

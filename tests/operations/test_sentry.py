@@ -26,8 +26,10 @@ def test_without_a_dsn_sentry_is_off_and_requests_work(client, db):
 def test_events_are_scrubbed_before_they_are_sent():
     event = {
         "exception": {"values": [{"type": "ValueError", "value": "token agt_SECRETSECRET1234 refused"}]},
-        "request": {"headers": {"Authorization": "Bearer agt_SECRETSECRET1234", "Cookie": "sessionid=abc"},
-                    "data": {"password": "hunter22", "amount_minor": 500}},
+        "request": {
+            "headers": {"Authorization": "Bearer agt_SECRETSECRET1234", "Cookie": "sessionid=abc"},
+            "data": {"password": "hunter22", "amount_minor": 500},
+        },
         "breadcrumbs": {"values": [{"message": "card 4242424242424242 declined"}]},
     }
     scrubbed = json.dumps(scrub_event(event, {}))
@@ -58,10 +60,16 @@ print(json.dumps({"integrations": integrations, "pii": client.options["send_defa
 
 
 def test_with_a_dsn_django_and_celery_are_integrated_and_events_scrubbed():
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings", "SENTRY_DSN": "http://key@127.0.0.1:9/1",
-           "DATABASE_URL": "sqlite:///:memory:", "REDIS_URL": ""}
-    result = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True,
-                            timeout=60)
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+        "SENTRY_DSN": "http://key@127.0.0.1:9/1",
+        "DATABASE_URL": "sqlite:///:memory:",
+        "REDIS_URL": "",
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert {"django", "celery"} <= set(report["integrations"])

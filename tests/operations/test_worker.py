@@ -46,7 +46,9 @@ def test_a_worker_logs_json_joined_on_the_preview_and_serves_its_metrics(transac
     metrics_dir.mkdir()
     worker = start_worker(
         settings.REDIS_URL,
-        ("LOG_FORMAT", "json"), ("METRICS_TOKEN", METRICS_TOKEN), ("CELERY_METRICS_PORT", str(port)),
+        ("LOG_FORMAT", "json"),
+        ("METRICS_TOKEN", METRICS_TOKEN),
+        ("CELERY_METRICS_PORT", str(port)),
         ("PROMETHEUS_MULTIPROC_DIR", str(metrics_dir)),
     )
     try:
@@ -55,8 +57,9 @@ def test_a_worker_logs_json_joined_on_the_preview_and_serves_its_metrics(transac
         token = logs.bind(request_id="req-confirm-worker")
         try:
             with publishing_to(settings.REDIS_URL):
-                preview_approve(preview_id=preview.pk, approver=alice, role=ApprovalRole.CUSTOMER,
-                                digest=preview.digest)
+                preview_approve(
+                    preview_id=preview.pk, approver=alice, role=ApprovalRole.CUSTOMER, digest=preview.digest
+                )
         finally:
             logs.reset(token)
         assert wait_for(lambda: Preview.objects.get(pk=preview.pk).status == PreviewStatus.EXECUTED, timeout=60)
@@ -83,9 +86,13 @@ def test_a_worker_logs_json_joined_on_the_preview_and_serves_its_metrics(transac
     executed = [line for line in ours if line["message"] == "execution succeeded"]
     assert len(executed) == 1, output[-3000:]
     assert (executed[0]["request_id"], executed[0]["agent_session"], executed[0]["action"]) == (
-        "req-confirm-worker", str(agent.agent_session.pk), "refund_order")
+        "req-confirm-worker",
+        str(agent.agent_session.pk),
+        "refund_order",
+    )
     # Celery's own lines about the task carry the same ids.
-    assert any(line["logger"].startswith("celery") and line.get("request_id") == "req-confirm-worker"
-               for line in ours), output[-3000:]
+    assert any(
+        line["logger"].startswith("celery") and line.get("request_id") == "req-confirm-worker" for line in ours
+    ), output[-3000:]
     assert agent.token not in output
     logging.getLogger(__name__).info("worker output had %d JSON lines", len(lines))

@@ -210,8 +210,9 @@ class FakeStripe:
     def refund(self, refund_id: str) -> dict[str, Any]:
         return next(refund for refund in self.refunds if refund["id"] == refund_id)
 
-    def set_refund_status(self, refund_id: str, status: str, *, failure_reason: str | None = None,
-                          pending_reason: str | None = None) -> dict[str, Any]:
+    def set_refund_status(
+        self, refund_id: str, status: str, *, failure_reason: str | None = None, pending_reason: str | None = None
+    ) -> dict[str, Any]:
         """Move a refund to `status` as the bank would; returns the event Stripe sends (also queued)."""
         with self._lock:
             refund = self.refund(refund_id)
@@ -264,13 +265,21 @@ class FakeStripe:
         signature = hmac.new(secret.encode(), f"{stamp}.{body}".encode(), hashlib.sha256).hexdigest()
         return body.encode(), f"t={stamp},v1={signature}"
 
-    def send_event(self, url: str, event: dict[str, Any], secret: str, *, timestamp: int | None = None
-                   ) -> tuple[int, dict[str, Any]]:
+    def send_event(
+        self, url: str, event: dict[str, Any], secret: str, *, timestamp: int | None = None
+    ) -> tuple[int, dict[str, Any]]:
         """POST the signed event to a webhook endpoint, as Stripe does; returns (status, JSON body)."""
         body, header = self.signed(event, secret, timestamp=timestamp)
-        request = Request(url, data=body, method="POST", headers={
-            "Content-Type": "application/json; charset=utf-8", "Stripe-Signature": header,
-            "User-Agent": "Stripe/1.0 (+https://stripe.com/docs/webhooks)"})
+        request = Request(
+            url,
+            data=body,
+            method="POST",
+            headers={
+                "Content-Type": "application/json; charset=utf-8",
+                "Stripe-Signature": header,
+                "User-Agent": "Stripe/1.0 (+https://stripe.com/docs/webhooks)",
+            },
+        )
         try:
             with urlopen(request, timeout=10) as response:  # noqa: S310 - a test's own server
                 return response.status, json.loads(response.read() or b"{}")
@@ -323,8 +332,11 @@ class FakeStripe:
             for refund in self.refunds:
                 if refund["id"] == refund_id:
                     return 200, refund, 0.0, False
-            return (*_error(404, "invalid_request_error", f"No such refund: '{refund_id}'", "resource_missing",
-                            "id"), 0.0, False)
+            return (
+                *_error(404, "invalid_request_error", f"No such refund: '{refund_id}'", "resource_missing", "id"),
+                0.0,
+                False,
+            )
         return (*_error(404, "invalid_request_error", f"Unrecognized request URL ({method}: {path})."), 0.0, False)
 
     def _list_refunds(self, params: dict[str, str]) -> tuple[int, dict]:
@@ -332,17 +344,17 @@ class FakeStripe:
         found = [r for r in self.refunds if params.get("payment_intent") in (None, r["payment_intent"])][::-1]
         limit = int(params.get("limit") or 10)
         if not 1 <= limit <= 100:
-            return _error(400, "invalid_request_error", "Invalid integer: limit", "parameter_invalid_integer",
-                          "limit")
+            return _error(400, "invalid_request_error", "Invalid integer: limit", "parameter_invalid_integer", "limit")
         if self.page_size:
             limit = min(limit, self.page_size)
         after = params.get("starting_after")
         if after:
             ids = [r["id"] for r in found]
             if after not in ids:
-                return _error(404, "invalid_request_error", f"No such refund: '{after}'", "resource_missing",
-                              "starting_after")
-            found = found[ids.index(after) + 1:]
+                return _error(
+                    404, "invalid_request_error", f"No such refund: '{after}'", "resource_missing", "starting_after"
+                )
+            found = found[ids.index(after) + 1 :]
         return 200, {"object": "list", "url": "/v1/refunds", "has_more": len(found) > limit, "data": found[:limit]}
 
     def _create_refund(self, key: str | None, params: dict[str, str]) -> tuple[int, dict, float, bool]:
@@ -350,20 +362,34 @@ class FakeStripe:
         if fault is not None and fault.before_endpoint:
             self._faults.popleft()
             if fault.kind == "conflict":
-                return (*_error(409, "idempotency_error",
-                                "There is currently another in-progress request using this Stripe token "
-                                "(that probably means you clicked twice). Try again later.",
-                                "idempotency_key_in_use"), 0.0, False)
+                return (
+                    *_error(
+                        409,
+                        "idempotency_error",
+                        "There is currently another in-progress request using this Stripe token "
+                        "(that probably means you clicked twice). Try again later.",
+                        "idempotency_key_in_use",
+                    ),
+                    0.0,
+                    False,
+                )
             return (*_server_error(fault.status), 0.0, False)
 
         fingerprint = ("POST", "/v1/refunds", tuple(sorted(params.items())))
         if key is not None and key in self._saved:
             saved = self._saved[key]
             if saved.fingerprint != fingerprint:
-                return (*_error(400, "idempotency_error",
-                                f"Keys for idempotent requests can only be used with the same parameters they "
-                                f"were first used with. Try using a key other than '{key}' if you meant to "
-                                f"execute a different request."), 0.0, False)
+                return (
+                    *_error(
+                        400,
+                        "idempotency_error",
+                        f"Keys for idempotent requests can only be used with the same parameters they "
+                        f"were first used with. Try using a key other than '{key}' if you meant to "
+                        f"execute a different request.",
+                    ),
+                    0.0,
+                    False,
+                )
             return saved.status, saved.body, 0.0, True
 
         invalid = _validation_error(params)
@@ -386,23 +412,31 @@ class FakeStripe:
         intent = self._intent_for(params)
         if intent is None:
             name = "payment_intent" if "payment_intent" in params else "charge"
-            return _error(404, "invalid_request_error", f"No such {name}: '{params[name]}'", "resource_missing",
-                          name)
+            return _error(404, "invalid_request_error", f"No such {name}: '{params[name]}'", "resource_missing", name)
         if refusal is not None:
             message = refusal.message or DEFAULT_MESSAGES.get(refusal.code, "").format(charge=intent.charge)
             return _error(refusal.status, refusal.type, message or refusal.code, refusal.code, refusal.param)
         if intent.unrefunded <= 0:
-            return _error(400, "invalid_request_error", DEFAULT_MESSAGES["charge_already_refunded"].format(
-                charge=intent.charge), "charge_already_refunded")
+            return _error(
+                400,
+                "invalid_request_error",
+                DEFAULT_MESSAGES["charge_already_refunded"].format(charge=intent.charge),
+                "charge_already_refunded",
+            )
         amount = int(params["amount"]) if "amount" in params else intent.unrefunded
         if amount > intent.unrefunded:
             # Stripe sends no `code` here, only the param.
-            return _error(400, "invalid_request_error",
-                          f"Refund amount (${amount / 100:.2f}) is greater than unrefunded amount on charge "
-                          f"(${intent.unrefunded / 100:.2f})", param="amount")
-        metadata = {k[len("metadata["):-1]: v for k, v in params.items() if k.startswith("metadata[")}
-        refund = self._refund_object(intent, amount, metadata=metadata, reason=params.get("reason"),
-                                     status=self.refund_status)
+            return _error(
+                400,
+                "invalid_request_error",
+                f"Refund amount (${amount / 100:.2f}) is greater than unrefunded amount on charge "
+                f"(${intent.unrefunded / 100:.2f})",
+                param="amount",
+            )
+        metadata = {k[len("metadata[") : -1]: v for k, v in params.items() if k.startswith("metadata[")}
+        refund = self._refund_object(
+            intent, amount, metadata=metadata, reason=params.get("reason"), status=self.refund_status
+        )
         if self.refund_status not in ("failed", "canceled"):
             intent.refunded += amount
         self.refunds.append(refund)
@@ -410,8 +444,9 @@ class FakeStripe:
         return 200, refund
 
     @staticmethod
-    def _refund_object(intent: PaymentIntent, amount: int, *, metadata: dict[str, str], reason: str | None,
-                       status: str) -> dict[str, Any]:
+    def _refund_object(
+        intent: PaymentIntent, amount: int, *, metadata: dict[str, str], reason: str | None, status: str
+    ) -> dict[str, Any]:
         return {
             "id": "re_" + secrets.token_hex(12),
             "object": "refund",
@@ -453,14 +488,24 @@ def _server_error(status: int) -> tuple[int, dict]:
 def _validation_error(params: dict[str, str]) -> tuple[int, dict] | None:
     for name in params:
         if name not in REFUND_PARAMS and not name.startswith(REFUND_PARAM_PREFIXES):
-            return _error(400, "invalid_request_error", f"Received unknown parameter: {name}", "parameter_unknown",
-                          name)
+            return _error(
+                400, "invalid_request_error", f"Received unknown parameter: {name}", "parameter_unknown", name
+            )
     if "payment_intent" not in params and "charge" not in params:
-        return _error(400, "invalid_request_error", "One of the following params should be provided for this "
-                      "request: payment_intent or charge.", "parameter_missing")
+        return _error(
+            400,
+            "invalid_request_error",
+            "One of the following params should be provided for this request: payment_intent or charge.",
+            "parameter_missing",
+        )
     if "amount" in params and (not params["amount"].isdigit() or int(params["amount"]) < 1):
-        return _error(400, "invalid_request_error", "This value must be greater than or equal to 1.",
-                      "parameter_invalid_integer", "amount")
+        return _error(
+            400,
+            "invalid_request_error",
+            "This value must be greater than or equal to 1.",
+            "parameter_invalid_integer",
+            "amount",
+        )
     return None
 
 

@@ -53,9 +53,7 @@ def test_a_refund_made_before_a_time_out_then_503s_is_found_by_the_resolver_and_
     assert preview.status == PreviewStatus.NEEDS_ATTENTION
     assert Execution.objects.get(pk=preview.pk).outcome == "effect_unknown"
     reviewer = make_reviewer("rita")
-    *texts, agent = everything_said(
-        preview, {"agent": alice_agent, "browser": logged_in(alice)}, logged_in(reviewer)
-    )
+    *texts, agent = everything_said(preview, {"agent": alice_agent, "browser": logged_in(alice)}, logged_in(reviewer))
     for text in texts:
         assert NOTHING not in text
     assert (agent["status"], agent["outcome"], agent["executed"]) == ("needs_attention", "effect_unknown", False)
@@ -109,10 +107,25 @@ def test_a_failure_before_the_provider_was_asked_is_retried_only_through_every_c
     assert "nothing has been done yet" in logged_in(alice).get(f"/previews/{preview.pk}/").content.decode().lower()
 
     shop = tmp_path / "shop.json"
-    shop.write_text(json.dumps({"orders": [{
-        "id": "o-12", "customer": "alice", "currency": "EUR", "total_minor": 1000, "refunded_minor": 800,
-        "status": "cancelled", "placed_at": "2026-08-02", "delivered_at": None, "payment_ref": PI,
-    }]}))
+    shop.write_text(
+        json.dumps(
+            {
+                "orders": [
+                    {
+                        "id": "o-12",
+                        "customer": "alice",
+                        "currency": "EUR",
+                        "total_minor": 1000,
+                        "refunded_minor": 800,
+                        "status": "cancelled",
+                        "placed_at": "2026-08-02",
+                        "delivered_at": None,
+                        "payment_ref": PI,
+                    }
+                ]
+            }
+        )
+    )
     call_command("import_shop_data", str(shop), *(["--operator", "ops"] if _takes_operator() else []))
     settings.PAYMENT_GATEWAY = "stripe"
 
@@ -142,8 +155,17 @@ def test_the_import_counts_refunds_in_flight(
     assert _attempt_begin(preview.pk, presented=None, worker="w") is not None  # 400 reserved, may be at Stripe
 
     shop = tmp_path / "shop.json"
-    order = {"id": "o-12", "customer": "alice", "currency": "EUR", "total_minor": 1000, "refunded_minor": 700,
-             "status": "delivered", "placed_at": "2026-08-02", "delivered_at": "2026-08-04", "payment_ref": PI}
+    order = {
+        "id": "o-12",
+        "customer": "alice",
+        "currency": "EUR",
+        "total_minor": 1000,
+        "refunded_minor": 700,
+        "status": "delivered",
+        "placed_at": "2026-08-02",
+        "delivered_at": "2026-08-04",
+        "payment_ref": PI,
+    }
     shop.write_text(json.dumps({"orders": [order]}))
     with pytest.raises(CommandError):
         call_command("import_shop_data", str(shop), *(["--operator", "ops"] if _takes_operator() else []))

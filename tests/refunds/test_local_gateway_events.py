@@ -49,7 +49,11 @@ def test_a_local_refund_goes_pending_then_fails_through_the_same_event_path(
     assert (o12.refunded_minor, o12.version) == (0, 3)
     event = ProviderEvent.objects.get()
     assert (event.provider, event.type, event.object_id, event.result) == (
-        "local", "refund.failed", row.refund_id, "refund_failed")
+        "local",
+        "refund.failed",
+        row.refund_id,
+        "refund_failed",
+    )
     assert event.event_id.startswith("evt_local_")
     assert AuditRecord.objects.get(event="provider_event").result["status"] == "failed"
     assert len(mail.outbox) == 1

@@ -65,11 +65,13 @@ def proposals(draw):
     """An order and a proposal on it: any amount up to 2**53, often near what remains."""
     order = draw(orders())
     remaining = order.total_minor - order.refunded_minor
-    amount = draw(st.one_of(
-        AMOUNTS,
-        st.integers(min_value=0, max_value=remaining),
-        st.sampled_from([remaining, remaining + 1, 1]),
-    ))
+    amount = draw(
+        st.one_of(
+            AMOUNTS,
+            st.integers(min_value=0, max_value=remaining),
+            st.sampled_from([remaining, remaining + 1, 1]),
+        )
+    )
     return order, amount, draw(REASONS)
 
 
@@ -112,14 +114,66 @@ PURE = settings(max_examples=600, deadline=None)
 
 @PURE
 @given(proposal=proposals())
-@example(proposal=(Order(number="o-12", currency="EUR", total_minor=1000, refunded_minor=0, status="delivered",
-                     placed_at=date(2026, 8, 2), delivered_at=date(2026, 8, 4)), 1000, "damaged"))
-@example(proposal=(Order(number="o-12", currency="EUR", total_minor=1000, refunded_minor=0, status="delivered",
-                     placed_at=date(2026, 8, 2), delivered_at=date(2026, 8, 4)), 1001, "damaged"))
-@example(proposal=(Order(number="ORD-4417", currency="EUR", total_minor=2499, refunded_minor=0, status="delivered",
-                     placed_at=date(2026, 8, 2), delivered_at=date(2026, 8, 10)), 1, "late"))
-@example(proposal=(Order(number="ORD-4417", currency="EUR", total_minor=2499, refunded_minor=0, status="delivered",
-                     placed_at=date(2026, 8, 2), delivered_at=date(2026, 8, 9)), 1, "late"))
+@example(
+    proposal=(
+        Order(
+            number="o-12",
+            currency="EUR",
+            total_minor=1000,
+            refunded_minor=0,
+            status="delivered",
+            placed_at=date(2026, 8, 2),
+            delivered_at=date(2026, 8, 4),
+        ),
+        1000,
+        "damaged",
+    )
+)
+@example(
+    proposal=(
+        Order(
+            number="o-12",
+            currency="EUR",
+            total_minor=1000,
+            refunded_minor=0,
+            status="delivered",
+            placed_at=date(2026, 8, 2),
+            delivered_at=date(2026, 8, 4),
+        ),
+        1001,
+        "damaged",
+    )
+)
+@example(
+    proposal=(
+        Order(
+            number="ORD-4417",
+            currency="EUR",
+            total_minor=2499,
+            refunded_minor=0,
+            status="delivered",
+            placed_at=date(2026, 8, 2),
+            delivered_at=date(2026, 8, 10),
+        ),
+        1,
+        "late",
+    )
+)
+@example(
+    proposal=(
+        Order(
+            number="ORD-4417",
+            currency="EUR",
+            total_minor=2499,
+            refunded_minor=0,
+            status="delivered",
+            placed_at=date(2026, 8, 2),
+            delivered_at=date(2026, 8, 9),
+        ),
+        1,
+        "late",
+    )
+)
 def test_the_policy_agrees_with_the_rules_in_their_order(proposal):
     order, amount, reason = proposal
     refusal = decide(order, amount, reason)
@@ -156,8 +210,7 @@ def test_the_first_failing_rule_is_the_one_reported(proposal):
     refusal = decide(order, amount, reason)
     if failing:
         assert refusal is not None
-        assert (refusal.code, refusal.message, refusal.facts) == (failing[0].code, failing[0].message,
-                                                                   failing[0].facts)
+        assert (refusal.code, refusal.message, refusal.facts) == (failing[0].code, failing[0].message, failing[0].facts)
     else:
         assert refusal is None
 
@@ -222,18 +275,47 @@ def customer(db):
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(proposal=st.one_of(proposals(), likely_allowed()))
-@example(proposal=(Order(number="o-12", currency="JPY", total_minor=500, refunded_minor=0, status="delivered",
-                     placed_at=date(2026, 8, 2), delivered_at=date(2026, 8, 4)), 500, "damaged"))
-@example(proposal=(Order(number="o-12", currency="KWD", total_minor=2**53 - 1, refunded_minor=0, status="delivered",
-                     placed_at=date(2026, 8, 2), delivered_at=date(2026, 8, 4)), 2**53 - 1, "unwanted"))
-def test_no_proposal_through_the_api_yields_a_preview_in_another_currency_or_above_what_remains(
-    customer, proposal
-):
+@example(
+    proposal=(
+        Order(
+            number="o-12",
+            currency="JPY",
+            total_minor=500,
+            refunded_minor=0,
+            status="delivered",
+            placed_at=date(2026, 8, 2),
+            delivered_at=date(2026, 8, 4),
+        ),
+        500,
+        "damaged",
+    )
+)
+@example(
+    proposal=(
+        Order(
+            number="o-12",
+            currency="KWD",
+            total_minor=2**53 - 1,
+            refunded_minor=0,
+            status="delivered",
+            placed_at=date(2026, 8, 2),
+            delivered_at=date(2026, 8, 4),
+        ),
+        2**53 - 1,
+        "unwanted",
+    )
+)
+def test_no_proposal_through_the_api_yields_a_preview_in_another_currency_or_above_what_remains(customer, proposal):
     order, amount, reason = proposal
     user, client = customer
     stored = OrderFactory(
-        number=f"P-{next(_numbers)}", customer=user, currency=order.currency, total_minor=order.total_minor,
-        refunded_minor=order.refunded_minor, status=order.status, placed_at=order.placed_at,
+        number=f"P-{next(_numbers)}",
+        customer=user,
+        currency=order.currency,
+        total_minor=order.total_minor,
+        refunded_minor=order.refunded_minor,
+        status=order.status,
+        placed_at=order.placed_at,
         delivered_at=order.delivered_at,
     )
     previews = Preview.objects.count()
@@ -256,9 +338,11 @@ def test_no_proposal_through_the_api_yields_a_preview_in_another_currency_or_abo
     assert response.status_code == 201, body
     preview = Preview.objects.get(pk=body["preview"]["id"])
     stored.refresh_from_db()
-    for currency, amount_minor in [(preview.currency, preview.amount_minor),
-                                   (body["preview"]["currency"], body["preview"]["amount_minor"]),
-                                   (preview.payload["currency"], preview.payload["amount_minor"])]:
+    for currency, amount_minor in [
+        (preview.currency, preview.amount_minor),
+        (body["preview"]["currency"], body["preview"]["amount_minor"]),
+        (preview.payload["currency"], preview.payload["amount_minor"]),
+    ]:
         assert currency == stored.currency
         assert amount_minor == amount
         assert amount_minor <= stored.total_minor - stored.refunded_minor

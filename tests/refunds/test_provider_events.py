@@ -89,8 +89,11 @@ def test_a_pending_refund_is_processing_at_the_bank_for_everyone_and_counts_agai
 
     body = agent_view(alice_agent, preview)
     assert body["status"] == "executed"
-    assert body["preview"]["refund"] == {"id": ledger.gateway_refund_id, "status": "pending",
-                                         "status_reason": "processing"}
+    assert body["preview"]["refund"] == {
+        "id": ledger.gateway_refund_id,
+        "status": "pending",
+        "status_reason": "processing",
+    }
     assert "processing at the bank" in body["message"]
     assert "not in the customer's account yet" in body["message"]
 
@@ -139,7 +142,11 @@ def test_refund_updated_to_succeeded_completes_a_pending_refund(
     assert body["message"].startswith("Refunded €5.00 on order o-12")
     stored = ProviderEvent.objects.get()
     assert (stored.provider, stored.event_id, stored.type, stored.result) == (
-        "stripe", event["id"], "refund.updated", "refund_succeeded")
+        "stripe",
+        event["id"],
+        "refund.updated",
+        "refund_succeeded",
+    )
     record = AuditRecord.objects.get(event="provider_event")
     assert record.preview_id == preview.pk
     assert (record.subject_type, record.subject_id) == ("order", "o-12")
@@ -150,8 +157,7 @@ def test_refund_updated_to_succeeded_completes_a_pending_refund(
 
 @pytest.mark.parametrize(("event_status", "word"), [("failed", "failed at the bank"), ("canceled", "was cancelled")])
 def test_a_refund_that_fails_or_is_cancelled_gives_the_amount_back_and_tells_everyone_without_retrying(
-    alice, o12, alice_agent, intent, fake_stripe, client, heard, django_capture_on_commit_callbacks,
-    event_status, word
+    alice, o12, alice_agent, intent, fake_stripe, client, heard, django_capture_on_commit_callbacks, event_status, word
 ):
     fake_stripe.refund_status = "pending"
     preview = executed_refund(alice_agent, alice, django_capture_on_commit_callbacks)
@@ -223,7 +229,12 @@ def test_staff_propose_a_new_refund_for_one_the_bank_failed(
     new = Preview.objects.exclude(pk=failed_preview.pk).get()
     assert response.status_code == 302 and response["Location"] == f"/console/previews/{new.pk}/"
     assert (new.actor_id, new.agent_session_id, new.subject_id, new.amount_minor, new.currency) == (
-        alice.pk, None, "o-12", 500, "EUR")
+        alice.pk,
+        None,
+        "o-12",
+        500,
+        "EUR",
+    )
     assert new.status == PreviewStatus.AWAITING_CUSTOMER  # the customer confirms before anything is paid
     record = AuditRecord.objects.get(event="staff_refund_proposed")
     assert record.actor_id == staff.pk and record.preview_id == new.pk
@@ -252,8 +263,12 @@ def test_unsigned_badly_signed_stale_and_future_events_are_refused_and_change_no
     stale = deliver(client, fake_stripe, event, timestamp=int(time.time()) - 301)
     future = deliver(client, fake_stripe, event, timestamp=int(time.time()) + 3600)
     _body, header = fake_stripe.signed(event, SECRET)
-    tampered = client.post(WEBHOOK, data=body.replace(b'"failed"', b'"succeeded"'), content_type="application/json",
-                           HTTP_STRIPE_SIGNATURE=header)
+    tampered = client.post(
+        WEBHOOK,
+        data=body.replace(b'"failed"', b'"succeeded"'),
+        content_type="application/json",
+        HTTP_STRIPE_SIGNATURE=header,
+    )
 
     for response in (unsigned, wrong_secret, stale, future, tampered):
         assert response.status_code == 400, response.content
@@ -270,8 +285,9 @@ def test_unsigned_badly_signed_stale_and_future_events_are_refused_and_change_no
 
 def test_the_endpoint_is_off_without_a_secret(settings, client, fake_stripe, intent):
     settings.STRIPE_WEBHOOK_SECRET = ""
-    body, header = fake_stripe.signed({"id": "evt_1", "object": "event", "type": "refund.updated",
-                                       "data": {"object": {}}}, SECRET)
+    body, header = fake_stripe.signed(
+        {"id": "evt_1", "object": "event", "type": "refund.updated", "data": {"object": {}}}, SECRET
+    )
     response = client.post(WEBHOOK, data=body, content_type="application/json", HTTP_STRIPE_SIGNATURE=header)
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "webhook_not_configured"
@@ -355,8 +371,9 @@ def test_an_event_that_overtakes_our_own_recording_is_refused_for_redelivery(
         locked = Preview.objects.select_for_update().get(pk=preview.pk)
         execution = Execution.objects.select_for_update().get(pk=preview.pk)
         execution_transition(execution, locked, Outcome.IN_PROGRESS, token=None, lease_owner="test-worker")
-    made = StripeGateway.from_settings().refund(payment_ref=PI, amount_minor=500, currency="EUR",
-                                               idempotency_key=f"refund:{preview.pk}")
+    made = StripeGateway.from_settings().refund(
+        payment_ref=PI, amount_minor=500, currency="EUR", idempotency_key=f"refund:{preview.pk}"
+    )
     (event,) = fake_stripe.events_for(made.id)
 
     response = deliver(client, fake_stripe, event)
@@ -373,10 +390,20 @@ def test_charge_refunded_applies_the_refunds_it_carries(
     preview = executed_refund(alice_agent, alice, django_capture_on_commit_callbacks)
     ledger = Refund.objects.get()
     fake_stripe.set_refund_status(ledger.gateway_refund_id, "succeeded")
-    charge = {"id": intent.charge, "object": "charge", "payment_intent": PI, "amount_refunded": 500,
-              "refunds": {"object": "list", "data": [fake_stripe.refund(ledger.gateway_refund_id)]}}
-    event = {"id": "evt_charge_1", "object": "event", "type": "charge.refunded", "created": int(time.time()),
-             "data": {"object": charge}}
+    charge = {
+        "id": intent.charge,
+        "object": "charge",
+        "payment_intent": PI,
+        "amount_refunded": 500,
+        "refunds": {"object": "list", "data": [fake_stripe.refund(ledger.gateway_refund_id)]},
+    }
+    event = {
+        "id": "evt_charge_1",
+        "object": "event",
+        "type": "charge.refunded",
+        "created": int(time.time()),
+        "data": {"object": charge},
+    }
 
     response = deliver(client, fake_stripe, event)
 

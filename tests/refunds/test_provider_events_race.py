@@ -30,8 +30,9 @@ def test_concurrent_deliveries_of_one_event_give_the_amount_back_once(settings, 
     _session, token = agent_session_create(user=alice, tools=["refund_order"])
     agent = APIClient()
     agent.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
-    preview = Preview.objects.get(pk=propose(agent, order_id="o-12", amount_minor=500,
-                                             reason="damaged").json()["preview"]["id"])
+    preview = Preview.objects.get(
+        pk=propose(agent, order_id="o-12", amount_minor=500, reason="damaged").json()["preview"]["id"]
+    )
     preview_approve(preview_id=preview.pk, approver=alice, role=ApprovalRole.CUSTOMER, digest=preview.digest)
     row = LocalGatewayRefund.objects.get()
     row.status = "failed"
@@ -43,8 +44,9 @@ def test_concurrent_deliveries_of_one_event_give_the_amount_back_once(settings, 
     def deliver(index):
         try:
             barrier.wait(timeout=30)
-            response = Client().post("/payments/stripe/webhook", data=body, content_type="application/json",
-                                     HTTP_STRIPE_SIGNATURE=header)
+            response = Client().post(
+                "/payments/stripe/webhook", data=body, content_type="application/json", HTTP_STRIPE_SIGNATURE=header
+            )
             answers[index] = (response.status_code, response.json()["result"])
         except Exception as error:  # noqa: BLE001 - reported below
             errors.append(error)

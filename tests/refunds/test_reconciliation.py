@@ -97,15 +97,25 @@ def test_an_executed_preview_whose_refund_the_provider_does_not_list(
 
     run = reconcile_run()
 
-    assert kinds(run) == [("o-12", DriftKind.PREVIEW_WITHOUT_PROVIDER_REFUND),
-                          ("o-12", DriftKind.REFUNDED_TOTAL_MISMATCH)]
+    assert kinds(run) == [
+        ("o-12", DriftKind.PREVIEW_WITHOUT_PROVIDER_REFUND),
+        ("o-12", DriftKind.REFUNDED_TOTAL_MISMATCH),
+    ]
     drift = Drift.objects.get(kind=DriftKind.PREVIEW_WITHOUT_PROVIDER_REFUND)
     assert drift.reference == str(preview.pk)
-    assert drift.facts == {"order_id": "o-12", "preview_id": str(preview.pk), "refund_id": refund_id,
-                           "amount_minor": 500, "currency": "EUR"}
+    assert drift.facts == {
+        "order_id": "o-12",
+        "preview_id": str(preview.pk),
+        "refund_id": refund_id,
+        "amount_minor": 500,
+        "currency": "EUR",
+    }
     total = Drift.objects.get(kind=DriftKind.REFUNDED_TOTAL_MISMATCH)
     assert (total.facts["order_refunded_minor"], total.facts["ledger_minor"], total.facts["provider_minor"]) == (
-        500, 500, 0)
+        500,
+        500,
+        0,
+    )
 
 
 def test_an_amount_mismatch_between_provider_and_ledger(
@@ -150,7 +160,8 @@ def test_a_refunded_total_that_disagrees_alone(o12, intent, fake_stripe):
 
     assert kinds(run) == [("o-12", DriftKind.REFUNDED_TOTAL_MISMATCH)]
     assert run.drifts[0].message == (
-        "Order o-12: refunded €2.00 (200) on the order, €0.00 (0) in the ledger, €0.00 (0) at the provider.")
+        "Order o-12: refunded €2.00 (200) on the order, €0.00 (0) in the ledger, €0.00 (0) at the provider."
+    )
 
 
 def test_every_page_of_the_providers_refunds_is_read(o12, intent, fake_stripe):
@@ -179,12 +190,14 @@ def test_acknowledging_in_the_console_is_audited_and_ends_the_non_zero_exit(o12,
     assert drifts[0].acknowledged_at is None  # a note is required
 
     for drift in drifts:
-        response = client.post(f"/console/payments/drifts/{drift.pk}/acknowledge",
-                                {"note": "Refunded by phone support, ticket 881."})
+        response = client.post(
+            f"/console/payments/drifts/{drift.pk}/acknowledge", {"note": "Refunded by phone support, ticket 881."}
+        )
         assert response.status_code == 302
     records = AuditRecord.objects.filter(event="drift_acknowledged").order_by("id")
     assert [(r.actor_id, r.subject_id, r.result["note"]) for r in records] == [
-        (sam.pk, "o-12", "Refunded by phone support, ticket 881.")] * 2
+        (sam.pk, "o-12", "Refunded by phone support, ticket 881.")
+    ] * 2
     assert run_command() == (0, [])
     o12.refresh_from_db()
     assert o12.refunded_minor == 0  # acknowledged, still not repaired
@@ -231,8 +244,13 @@ def test_a_drift_that_goes_away_is_cleared_and_one_that_changes_needs_a_new_ackn
 
 
 def test_since_limits_the_orders_compared(o12, intent, fake_stripe, alice):
-    old = OrderFactory(number="o-old", customer=alice, placed_at=datetime.date(2020, 1, 2),
-                       delivered_at=datetime.date(2020, 1, 5), refunded_minor=100)
+    old = OrderFactory(
+        number="o-old",
+        customer=alice,
+        placed_at=datetime.date(2020, 1, 2),
+        delivered_at=datetime.date(2020, 1, 5),
+        refunded_minor=100,
+    )
     Order.objects.filter(pk=old.pk).update(updated_at=datetime.datetime(2020, 1, 5, tzinfo=datetime.UTC))
     fake_stripe.add_payment_intent("pi_o-old", amount=1000)
 
@@ -259,8 +277,9 @@ def test_the_beat_task_reconciles(o12, intent, fake_stripe):
     assert Drift.objects.count() == 2
 
 
-def test_the_local_gateway_is_reconciled_from_its_own_table(settings, alice, o12, alice_agent,
-                                                           django_capture_on_commit_callbacks):
+def test_the_local_gateway_is_reconciled_from_its_own_table(
+    settings, alice, o12, alice_agent, django_capture_on_commit_callbacks
+):
     settings.PAYMENT_GATEWAY = "local"
     executed_refund(alice_agent, alice, django_capture_on_commit_callbacks)
     assert reconcile_run().drifts == []

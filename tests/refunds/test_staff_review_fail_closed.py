@@ -86,23 +86,31 @@ def test_the_check_is_quiet_without_tables(monkeypatch, settings):
 
 
 def test_check_runs_on_a_database_that_is_not_migrated(tmp_path):
-    env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'empty.sqlite3'}",
-           "DJANGO_SETTINGS_MODULE": "config.settings_test", "STAFF_REVIEW_THRESHOLDS": "EUR:10000,*:5000"}
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'empty.sqlite3'}",
+        "DJANGO_SETTINGS_MODULE": "config.settings_test",
+        "STAFF_REVIEW_THRESHOLDS": "EUR:10000,*:5000",
+    }
     env.pop("REQUIRE_POSTGRES", None)
-    result = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     env["STAFF_REVIEW_THRESHOLDS"] = "EUR:10000"
-    result = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     assert "no issues" in result.stdout
 
 
 def test_the_catch_all_is_read_from_the_environment():
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings_test",
-           "STAFF_REVIEW_THRESHOLDS": "EUR:10000, *:5000"}
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings_test",
+        "STAFF_REVIEW_THRESHOLDS": "EUR:10000, *:5000",
+    }
     code = "import django; django.setup(); from django.conf import settings; print(settings.STAFF_REVIEW_THRESHOLDS)"
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-                            timeout=60)
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert result.stdout.strip() == "{'EUR': 10000, '*': 5000}", result.stderr

@@ -150,7 +150,12 @@ def test_a_time_out_after_stripe_recorded_the_refund_is_looked_up_and_recorded_w
     assert lookup.params["payment_intent"] == PI
     assert Refund.objects.count() == 1
     assert events(preview) == [
-        "proposed", "confirmed", "execution_started", "execution_attempt_failed", "execution_started", "executed"
+        "proposed",
+        "confirmed",
+        "execution_started",
+        "execution_attempt_failed",
+        "execution_started",
+        "executed",
     ]
     assert [s["look_up_first"] for s in audit(preview, "execution_started")] == [False, True]
     [attempt] = audit(preview, "execution_attempt_failed")
@@ -168,9 +173,10 @@ def test_server_errors_then_success_are_retried_and_pay_once(
 
     assert_one_refund_paid(fake_stripe, preview, o12)
     assert [r.status for r in fake_stripe.refund_requests()] == [500, 500, 200]
-    assert events(preview) == ["proposed", "confirmed"] + [
-        "execution_started", "execution_attempt_failed"
-    ] * 2 + ["execution_started", "executed"]
+    assert events(preview) == ["proposed", "confirmed"] + ["execution_started", "execution_attempt_failed"] * 2 + [
+        "execution_started",
+        "executed",
+    ]
     attempts = audit(preview, "execution_attempt_failed")
     assert [(a["attempt"], a["will_retry"]) for a in attempts] == [(1, True), (2, True)]
     assert all("500 api_error" in a["error"] for a in attempts)
@@ -191,7 +197,12 @@ def test_a_busy_provider_409_key_in_use_or_429_is_retried_and_pays_once(
     assert_one_refund_paid(fake_stripe, preview, o12)
     assert [r.status for r in fake_stripe.refund_requests()] == [409 if fault == "conflict" else 429, 200]
     assert events(preview) == [
-        "proposed", "confirmed", "execution_started", "execution_attempt_failed", "execution_started", "executed"
+        "proposed",
+        "confirmed",
+        "execution_started",
+        "execution_attempt_failed",
+        "execution_started",
+        "executed",
     ]
     # A 429 proves Stripe did nothing, so the retry needs no lookup; after a 409 another request may have.
     lookups = [r for r in fake_stripe.requests if r.method == "GET"]
@@ -221,7 +232,8 @@ def test_a_provider_that_keeps_failing_leaves_the_effect_unknown_never_nothing_w
     message = preview_message(preview, base_url="http://testserver")
     assert "nothing was done" not in message.lower() and "could not confirm" in message
     assert events(preview) == ["proposed", "confirmed"] + [
-        "execution_started", "execution_attempt_failed"
+        "execution_started",
+        "execution_attempt_failed",
     ] * attempts + ["execution_transition"]
     # One chain: attempts 1..6 with consecutive fencing tokens, none taken over.
     started = audit(preview, "execution_started")

@@ -15,8 +15,12 @@ class Command(BaseCommand):
         parser.add_argument("--tools", required=True, help="Comma-separated, e.g. refund_order,send_invoice")
         parser.add_argument("--ttl", type=int, default=None, help="Lifetime in seconds.")
         parser.add_argument("--label", default="")
-        parser.add_argument("--webhook", default=None, metavar="URL",
-                            help="Post every preview transition there (Standard Webhooks); prints the secret.")
+        parser.add_argument(
+            "--webhook",
+            default=None,
+            metavar="URL",
+            help="Post every preview transition there (Standard Webhooks); prints the secret.",
+        )
 
     def handle(self, *args, user, tools, ttl, label, webhook=None, **options):  # type: ignore[no-untyped-def]
         person = get_user_model().objects.filter(username=user).first()

@@ -17,7 +17,9 @@ class Command(BaseCommand):
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
         parser.add_argument("--loop", action="store_true", help="Keep sealing until stopped (TERM or INT).")
         parser.add_argument(
-            "--interval", type=float, default=None,
+            "--interval",
+            type=float,
+            default=None,
             help="Seconds between passes with --loop (default AUDIT_SEAL_INTERVAL_SECONDS).",
         )
 

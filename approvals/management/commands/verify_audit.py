@@ -15,11 +15,13 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
         parser.add_argument(
-            "--checkpoints", metavar="FILE",
+            "--checkpoints",
+            metavar="FILE",
             help="JSON Lines of tree heads published earlier (default: AUDIT_CHECKPOINT_FILE, when set).",
         )
         parser.add_argument(
-            "--public-key", metavar="KEY",
+            "--public-key",
+            metavar="KEY",
             help="The audit public key (base64, or a file holding it); default: AUDIT_SIGNING_KEY's.",
         )
 
@@ -45,8 +47,9 @@ class Command(BaseCommand):
             where = f" (first bad index {summary.problem.index})" if summary.problem.index is not None else ""
             self.stderr.write(f"Audit log inconsistent{where}: {summary.problem.message}.")
             raise SystemExit(1)
-        self.stdout.write(self.style.SUCCESS(
-            f"Audit log intact: {summary.leaves} records sealed under {summary.heads} signed tree heads, "
-            f"{summary.checkpoints} published checkpoints match; {summary.unsealed} records not sealed yet."
-        ))
-
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"Audit log intact: {summary.leaves} records sealed under {summary.heads} signed tree heads, "
+                f"{summary.checkpoints} published checkpoints match; {summary.unsealed} records not sealed yet."
+            )
+        )

@@ -18,7 +18,8 @@ class Command(BaseCommand):
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
         parser.add_argument("file", metavar="FILE", help="The receipt (JSON).")
         parser.add_argument(
-            "--public-key", metavar="KEY",
+            "--public-key",
+            metavar="KEY",
             help="The audit public key, base64 of its 32 bytes or a file holding it (default: AUDIT_SIGNING_KEY's).",
         )
 
@@ -43,10 +44,12 @@ class Command(BaseCommand):
                 self.stderr.write(f"INVALID: {problem}.")
             raise SystemExit(1)
         head = receipt["tree_head"]
-        self.stdout.write(self.style.SUCCESS(
-            f"Receipt valid: {check.records} audit records of preview {receipt.get('preview')} are in the audit "
-            f"log's tree of {head['size']} records, root {head['root_hash']}, signed at {head['timestamp']} ms."
-        ))
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"Receipt valid: {check.records} audit records of preview {receipt.get('preview')} are in the audit "
+                f"log's tree of {head['size']} records, root {head['root_hash']}, signed at {head['timestamp']} ms."
+            )
+        )
 
 
 def _configured_public_key():  # type: ignore[no-untyped-def]

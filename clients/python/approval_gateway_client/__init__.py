@@ -136,7 +136,11 @@ class GatewayClient:
         return self._json(self._request("GET", "/api/agent/tools", params=params))
 
     def propose(
-        self, name: str, arguments: dict[str, Any] | str, *, call_id: str | None = None,
+        self,
+        name: str,
+        arguments: dict[str, Any] | str,
+        *,
+        call_id: str | None = None,
         idempotency_key: str | None = None,
     ) -> Answer:
         """POST a tool call. A policy refusal (422) is an Answer with `ok` false, `code` and `message`."""
@@ -150,8 +154,7 @@ class GatewayClient:
     def preview(self, preview_id: str, *, wait: int | None = None) -> Answer:
         """The preview as it is now; with `wait`, as soon as it changes (the server caps the wait)."""
         params = {"wait": str(wait)} if wait else None
-        response = self._request("GET", f"/api/agent/previews/{preview_id}", params=params,
-                                 timeout=(wait or 0) + 30)
+        response = self._request("GET", f"/api/agent/previews/{preview_id}", params=params, timeout=(wait or 0) + 30)
         return Answer(response.status_code, self._json(response))
 
     def previews(self, *, status: str | list[str] | None = None, page: int = 1) -> dict[str, Any]:
@@ -162,7 +165,12 @@ class GatewayClient:
         return self._json(self._request("GET", "/api/agent/previews", params=params))
 
     def wait_for_outcome(
-        self, preview_id: str, *, timeout: float = 600, until: frozenset[str] = FINAL_STATUSES, wait: int = 30,
+        self,
+        preview_id: str,
+        *,
+        timeout: float = 600,
+        until: frozenset[str] = FINAL_STATUSES,
+        wait: int = 30,
     ) -> Answer:
         """Long-poll the preview until its status is one of `until` (by default, final) or `timeout` passes;
         returns the last answer either way."""
@@ -188,7 +196,11 @@ def _header(headers: Any, name: str) -> str:
 
 
 def verify_webhook(
-    secret: str, body: bytes | str, headers: Any, *, tolerance_seconds: int = WEBHOOK_TOLERANCE_SECONDS,
+    secret: str,
+    body: bytes | str,
+    headers: Any,
+    *,
+    tolerance_seconds: int = WEBHOOK_TOLERANCE_SECONDS,
     now: float | None = None,
 ) -> dict[str, Any]:
     """Check a Standard Webhooks message (webhook-id, webhook-timestamp, webhook-signature) against the

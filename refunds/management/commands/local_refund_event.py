@@ -19,11 +19,18 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("refund_id", help="The local gateway's refund id (lr_…).")
         parser.add_argument("--status", required=True, choices=RefundStatus.values)
-        parser.add_argument("--reason", default="",
-                            help="The bank's reason (Stripe's failure_reason or pending_reason).")
+        parser.add_argument(
+            "--reason", default="", help="The bank's reason (Stripe's failure_reason or pending_reason)."
+        )
 
-    def handle(self, *args, refund_id: str, status: str, reason: str,  # type: ignore[no-untyped-def]
-               **options) -> None:
+    def handle(
+        self,
+        *args,
+        refund_id: str,
+        status: str,
+        reason: str,  # type: ignore[no-untyped-def]
+        **options,
+    ) -> None:
         try:
             outcome = local_refund_status_set(refund_id=refund_id, status=status, reason=reason)
         except LocalGatewayRefund.DoesNotExist as missing:

@@ -26,8 +26,12 @@ class Command(BaseCommand):
     help = "Reconcile refunds with the payment provider; exit 1 while unacknowledged drift exists."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--since", type=_date, default=None,
-                            help="Only orders placed, changed or refunded on or after this date (YYYY-MM-DD).")
+        parser.add_argument(
+            "--since",
+            type=_date,
+            default=None,
+            help="Only orders placed, changed or refunded on or after this date (YYYY-MM-DD).",
+        )
 
     def handle(self, *args, since: datetime.date | None = None, **options) -> None:  # type: ignore[no-untyped-def]
         run = reconcile_run(since=since)
