@@ -731,7 +731,8 @@ def report_rows(result: dict[str, Any]) -> list[dict[str, str]]:
         lat = open_loop["latency_ms"]
         rows.append(
             {
-                "figure": f"Proposals, open loop at {open_loop['rate']:.0f}/s (half of {open_loop['capacity_rps']:.0f}): "
+                "figure": f"Proposals, open loop at {open_loop['rate']:.0f}/s "
+                f"(half of {open_loop['capacity_rps']:.0f}): "
                 "latency from scheduled send p50 / p95 / p99 (ms)",
                 "value": f"{lat['p50']:.1f} / {lat['p95']:.1f} / {lat['p99']:.1f}",
                 "floor": f"send lag p99 {open_loop['send_lag_ms'].get('p99', 0):.1f}",
