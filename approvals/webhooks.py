@@ -115,10 +115,11 @@ def sign(secret: str, message_id: str, sent_at: Any, body: str) -> dict[str, str
 @on_preview_transition
 def preview_transition_webhook(preview_id: str, previous_status: str, status: str) -> None:
     """Record the message for the proposing session's webhook, if it has one, and hand it to a worker."""
-    preview = Preview.objects.select_related("agent_session").filter(pk=preview_id).first()
-    session = preview.agent_session if preview is not None else None
-    if session is None or not session.webhook_url:
+    # Nearly every session has no webhook: ask for the URL alone, and load the preview only when there is one.
+    if not Preview.objects.filter(pk=preview_id).exclude(agent_session__webhook_url="").values("pk")[:1]:
         return
+    preview = Preview.objects.select_related("agent_session").get(pk=preview_id)
+    session = preview.agent_session
     delivery = WebhookDelivery.objects.create(
         agent_session=session,
         preview=preview,
