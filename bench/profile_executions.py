@@ -26,6 +26,9 @@ def main() -> int:
     parser.add_argument("--count", type=int, default=200, help="previews confirmed and executed in a round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--cprofile", choices=["confirm", "execute"], default=None)
+    parser.add_argument(
+        "--publish", action="store_true", help="publish the executions to REDIS_URL's broker (a queue of its own)"
+    )
     args = parser.parse_args()
 
     from .run import Database
@@ -44,6 +47,8 @@ def main() -> int:
             "BENCH_RUN_ID": f"bench-prof-{secrets.token_hex(3)}",
         }
     )
+    if args.publish:
+        os.environ["REDIS_URL"] = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
     database.create()
     try:
         import django
@@ -64,7 +69,10 @@ def main() -> int:
 
         from .shop import load_shop, previews_for
 
-        Task.delay = lambda self, *a, **k: None  # type: ignore[method-assign]  # no broker: publishing is not measured
+        if args.publish:
+            os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
+        else:
+            Task.delay = lambda self, *a, **k: None  # type: ignore[method-assign]  # no broker: publishing not measured
         call_command("migrate", verbosity=0, interactive=False)
         load_shop(customers=400, orders_per_customer=1, sessions_file=Path(tempfile.mkdtemp()) / "sessions.tsv")
 
@@ -129,6 +137,10 @@ def main() -> int:
         connections.close_all()
     finally:
         database.drop()
+        if args.publish:
+            import redis
+
+            redis.Redis.from_url(os.environ["REDIS_URL"]).delete(f"{os.environ['BENCH_RUN_ID']}-celery")
     return 0
 
 
