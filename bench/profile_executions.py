@@ -29,6 +29,7 @@ def main() -> int:
     parser.add_argument(
         "--publish", action="store_true", help="publish the executions to REDIS_URL's broker (a queue of its own)"
     )
+    parser.add_argument("--orm-rows", action="store_true", help="the plain ORM instead of approvals.rows")
     args = parser.parse_args()
 
     from .run import Database
@@ -53,6 +54,10 @@ def main() -> int:
     try:
         import django
 
+        if args.orm_rows:
+            from .orm_rows import install
+
+            install()
         django.setup()
         from celery.app.task import Task
         from django.core.management import call_command
