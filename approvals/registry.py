@@ -9,7 +9,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .errors import EffectLookupUnavailable
 
@@ -29,9 +29,48 @@ class Proposal:
     subject_id: str
     subject_version: int
     payload: dict[str, Any]
-    amount_minor: int
-    currency: str
-    required_approvals: list[str]
+    #: The amount the person approves, in minor units, and its ISO 4217 currency; both None for an
+    #: action that moves no money (then nothing shows an amount, and no spending limit counts it).
+    amount_minor: int | None = None
+    currency: str | None = None
+    required_approvals: list[str] = field(default_factory=list)
+
+
+@runtime_checkable
+class Subject(Protocol):
+    """What an action's subject row (an order, an invoice) offers the engine.
+
+    `pk` names the row, `owner` is the person whose subject it is (the customer who confirms), and
+    `version` is an integer the action raises on every change that matters to a preview: the engine
+    records it in the preview and refuses to execute when it moved (`subject_changed`).
+    """
+
+    pk: Any
+    version: int
+
+    @property
+    def owner(self) -> Any: ...
+
+
+@dataclass(frozen=True)
+class StaffRole:
+    """A staff group an action needs and the permissions ("app_label.codename") its members hold.
+
+    The action declares its roles (`Action.staff_roles`) and creates them in its own data migration;
+    `import_shop_data` offers the declared group names for staff. A role whose permissions include the
+    action's `review_permission` decides the action's previews in the console.
+    """
+
+    group: str
+    permissions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Link:
+    """A page of an action's own for a person (e.g. "My orders" for a customer)."""
+
+    label: str
+    url: str
 
 
 @dataclass(frozen=True)
@@ -111,13 +150,32 @@ class Action(ABC):
     subject_argument: str = ""
     arguments_serializer: type[Serializer]
     # The permission ("app_label.codename") a staff member needs to see, approve, reject or retry
-    # previews of this kind in the console. Define it in approvals.models.Preview.Meta.permissions.
+    # previews of this kind in the console. Declare it in the Meta.permissions of one of the action's
+    # own models, and give it to a group in `staff_roles` (created by the action's own migration).
     review_permission: str = "approvals.review_preview"
+    #: The staff groups this action needs, with their permissions (see StaffRole).
+    staff_roles: tuple[StaffRole, ...] = ()
+    #: Failure codes (ExecutionFailure.code, with `before_effect`) a staff retry may mend, because
+    #: nothing was asked of the outside world and the cause can go away (a gateway not configured,
+    #: retries used up on a provider that was down). Every other failure is permanent.
+    retryable_failure_codes: frozenset[str] = frozenset({"retries_exhausted"})
     #: MCP tool annotations (hints for clients, never trusted coming in): whether the action's effect,
     #: once approved, cannot be taken back (a refund, a sent email), and whether proposing the same
     #: arguments again has no further effect (the gateway answers with the same open preview).
     destructive_hint: bool = True
     idempotent_hint: bool = True
+
+    def failure_is_retryable(self, code: str) -> bool:
+        """Whether a staff retry may mend a failure with this code that came before any effect."""
+        return code in self.retryable_failure_codes
+
+    def customer_home(self, user: AbstractBaseUser) -> Link | None:
+        """Where this person sees their things of this action (their orders), or None."""
+        return None
+
+    def console_links(self, user: AbstractBaseUser) -> list[Link]:
+        """Console pages of this action's own that this staff member may use (reconciliation...)."""
+        return []
 
     @abstractmethod
     def may_use(self, user: AbstractBaseUser) -> bool:
@@ -318,6 +376,20 @@ class Registry:
 
     def ordered_import_sections(self) -> list[ImportSection]:
         return sorted(self.import_sections.values(), key=lambda s: s.order)
+
+    def staff_roles(self) -> list[StaffRole]:
+        """Every staff role the registered actions declare, once per group name, in registration order."""
+        roles: dict[str, StaffRole] = {}
+        for action in self.actions.values():
+            for role in action.staff_roles:
+                roles.setdefault(role.group, role)
+        return list(roles.values())
+
+    def customer_homes(self, user: AbstractBaseUser) -> list[Link]:
+        return [link for action in self.actions.values() if (link := action.customer_home(user)) is not None]
+
+    def console_links(self, user: AbstractBaseUser) -> list[Link]:
+        return [link for action in self.actions.values() for link in action.console_links(user)]
 
 
 registry = Registry()
