@@ -8,21 +8,23 @@ from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 from django.utils import timezone
 
-from approvals.errors import PolicyRefusal
-from approvals.models import ApprovalRole, AuditEvent, Preview
-from approvals.money import format_minor
-from approvals.registry import (
+from approvals.plugin import (
     Action,
+    ApprovalRole,
+    AuditEvent,
     CounterField,
     DisplayRow,
     FactTable,
+    PolicyRefusal,
+    Preview,
     Proposal,
     ReviewDocument,
     RiskFlag,
     RuleResult,
     StandingGrant,
+    audit_record,
+    format_minor,
 )
-from approvals.services import audit_record
 
 from .mail import SEND_INVOICE, InvoiceSendRefused, invoice_delivery_record, invoice_email_send
 from .models import Delivery, Invoice, InvoiceContact, InvoiceStatus, StandingApproval

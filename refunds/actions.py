@@ -6,12 +6,25 @@ from typing import Any
 
 from django.conf import settings
 
-from approvals.errors import PolicyRefusal
-from approvals.models import ApprovalRole, Preview, PreviewStatus
-from approvals.money import format_minor, parse_major
-from approvals.registry import Action, CounterField, DisplayRow, FactTable, Proposal, RiskFlag, RuleResult
-from approvals.rows import column_sql, fetch_one
-from approvals.selectors import amount_in_flight, amount_in_flight_subquery
+from approvals.plugin import (
+    Action,
+    ApprovalRole,
+    CounterField,
+    DisplayRow,
+    FactTable,
+    PolicyRefusal,
+    Preview,
+    PreviewStatus,
+    Proposal,
+    RiskFlag,
+    RuleResult,
+    amount_in_flight,
+    amount_in_flight_subquery,
+    column_sql,
+    fetch_one,
+    format_minor,
+    parse_major,
+)
 
 from .models import DEAD_REFUND_STATUSES, Order, Refund, RefundStatus
 from .policy import order_unavailable, refund_policy_check, refund_policy_checks

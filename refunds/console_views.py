@@ -15,7 +15,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from approvals.errors import ApplicationError
+from approvals.plugin import ApplicationError
 
 from .models import DEAD_REFUND_STATUSES, Drift, Refund, RefundStatus
 from .reconciliation import drift_acknowledge, open_drifts, reconcile_run

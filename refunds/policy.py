@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from approvals.errors import PolicyRefusal
-from approvals.money import format_minor
+from approvals.plugin import PolicyRefusal, format_minor
 
 from .models import Order, OrderStatus
 

@@ -29,11 +29,17 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from approvals.digests import digest_of
-from approvals.errors import ApplicationError, ExecutionFailure, TransientExecutionError
-from approvals.models import Execution, Preview, PreviewStatus
-from approvals.money import format_minor
-from approvals.services import audit_record
+from approvals.plugin import (
+    ApplicationError,
+    Execution,
+    ExecutionFailure,
+    Preview,
+    PreviewStatus,
+    TransientExecutionError,
+    audit_record,
+    digest_of,
+    format_minor,
+)
 
 from .events import RECORDING_OUTCOMES
 from .gateways import PaymentGateway, ProviderRefund, payment_gateway

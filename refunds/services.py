@@ -7,9 +7,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import F
 
-from approvals.models import Preview
-from approvals.rows import fetch_one, insert_rows
-from approvals.shop_import import ShopDataInvalid
+from approvals.plugin import Preview, ShopDataInvalid, fetch_one, insert_rows
 
 from .gateways import GatewayRefund, payment_gateway
 from .models import Order, Refund, RefundStatus
@@ -147,8 +145,7 @@ def refund_propose_again(*, refund_pk: int, staff: Any) -> Any:
     and reason, for the same customer, through the same policy (what remains refundable now) and
     spending limits. Nothing is paid until the customer confirms the new preview (and staff approve it
     above the threshold). Returns the engine's ProposalOutcome; both outcomes are audited with `staff`."""
-    from approvals.registry import registry
-    from approvals.services import audit_record, proposal_submit
+    from approvals.plugin import audit_record, proposal_submit, registry
 
     from .models import DEAD_REFUND_STATUSES
 
