@@ -27,7 +27,7 @@ from approvals.plugin import (
 )
 
 from .models import DEAD_REFUND_STATUSES, Order, Refund, RefundStatus
-from .policy import order_unavailable, refund_policy_check, refund_policy_checks
+from .policy import RefundRefusal, order_unavailable, refund_policy_check, refund_policy_checks
 from .serializers import RefundOrderArguments
 from .services import refund_find, refund_pay, refund_record
 
@@ -115,7 +115,7 @@ class RefundOrderAction(Action):
         if order.currency != preview.currency:
             raise PolicyRefusal(
                 f"Order {order.number} is in {order.currency}, the preview in {preview.currency}.",
-                code="currency_mismatch",
+                code=RefundRefusal.CURRENCY_MISMATCH,
             )
         refund_policy_check(
             order=order,
@@ -356,7 +356,9 @@ class RefundOrderAction(Action):
         try:
             amount_minor = parse_major(values.get("amount", ""), preview.currency)
         except ValueError as error:
-            raise PolicyRefusal(f"The amount is not usable: {error}.", code="counter_amount_invalid") from error
+            raise PolicyRefusal(
+                f"The amount is not usable: {error}.", code=RefundRefusal.COUNTER_AMOUNT_INVALID
+            ) from error
         return {"order_id": preview.subject_id, "amount_minor": amount_minor, "reason": preview.payload["reason"]}
 
     def customer_facts(self, preview: Preview) -> list[DisplayRow]:
