@@ -18,7 +18,8 @@ e.g. `registry.action("refund_order")`).
 
 **Staff roles.** `StaffRole(group, permissions)`: the action declares the groups it needs in
 `Action.staff_roles`, the permission deciding its previews in `Action.review_permission` (declared in
-its own model's `Meta.permissions`), and creates both in its own data migration.
+its own model's `Meta.permissions`), and creates both in its own data migration. A role usually also
+holds `EXPORT_AUDIT_PERMISSION` (the console's audit log).
 
 **Errors an action raises.** `PolicyRefusal` (a proposal or re-check breaks a rule; give it a `code`
 from the action's own `RefusalCode` enum), `ExecutionFailure` (execution refused for good; a
@@ -100,10 +101,14 @@ class RefusalCode(StrEnum):
     the stable codes agents and pages see."""
 
 
+#: The engine's permission to read and export the whole audit log; a review role usually includes it.
+EXPORT_AUDIT_PERMISSION = "approvals.export_auditrecord"
+
 register_action = registry.register_action
 register_import_section = registry.register_import_section
 
 __all__ = [
+    "EXPORT_AUDIT_PERMISSION",
     "MAX_SAFE_MINOR",
     "OPEN_STATUSES",
     "Action",

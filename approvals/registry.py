@@ -67,10 +67,12 @@ class StaffRole:
 
 @dataclass(frozen=True)
 class Link:
-    """A page of an action's own for a person (e.g. "My orders" for a customer)."""
+    """A page of an action's own for a person (e.g. "My orders" for a customer). `key` marks it as the
+    current page where a view passes the same `nav` to its template."""
 
     label: str
     url: str
+    key: str = ""
 
 
 @dataclass(frozen=True)
@@ -155,10 +157,11 @@ class Action(ABC):
     review_permission: str = "approvals.review_preview"
     #: The staff groups this action needs, with their permissions (see StaffRole).
     staff_roles: tuple[StaffRole, ...] = ()
-    #: Failure codes (ExecutionFailure.code, with `before_effect`) a staff retry may mend, because
-    #: nothing was asked of the outside world and the cause can go away (a gateway not configured,
-    #: retries used up on a provider that was down). Every other failure is permanent.
-    retryable_failure_codes: frozenset[str] = frozenset({"retries_exhausted"})
+    #: The codes of this action's failures (ExecutionFailure with `before_effect`) that are transient:
+    #: nothing was asked of the outside world and the cause can go away (a gateway not configured yet),
+    #: so a staff retry may mend them; the preview waits in "needs attention". Every other failure code
+    #: is permanent (the preview fails). The engine's own `retries_exhausted` is always retryable.
+    retryable_failure_codes: frozenset[str] = frozenset()
     #: MCP tool annotations (hints for clients, never trusted coming in): whether the action's effect,
     #: once approved, cannot be taken back (a refund, a sent email), and whether proposing the same
     #: arguments again has no further effect (the gateway answers with the same open preview).

@@ -29,7 +29,7 @@ from approvals.plugin import (
 
 from .mail import SEND_INVOICE, InvoiceSendRefused, invoice_delivery_record, invoice_email_send
 from .models import Delivery, Invoice, InvoiceContact, InvoiceStatus, StandingApproval
-from .permissions import APPROVE_SENDS, SEND_ANY_INVOICE, may_approve_sends
+from .permissions import APPROVE_SENDS, SEND_ANY_INVOICE, STAFF_ROLES, may_approve_sends
 from .rendering import invoice_email_render
 from .serializers import SendInvoiceArguments
 
@@ -93,6 +93,7 @@ class SendInvoiceAction(Action):
     # SMTP has no idempotency key: the engine sends under the preview's lock, one run at a time.
     idempotent_effect = False
     review_permission = APPROVE_SENDS
+    staff_roles = STAFF_ROLES
 
     def may_use(self, user: Any) -> bool:
         return bool(user.is_active) and (not user.is_staff or user.has_perm(SEND_ANY_INVOICE))

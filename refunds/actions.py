@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.urls import reverse
 
 from approvals.plugin import (
     Action,
@@ -12,6 +13,7 @@ from approvals.plugin import (
     CounterField,
     DisplayRow,
     FactTable,
+    Link,
     PolicyRefusal,
     Preview,
     PreviewStatus,
@@ -26,7 +28,9 @@ from approvals.plugin import (
     parse_major,
 )
 
+from .gateways import GatewayUnavailable
 from .models import DEAD_REFUND_STATUSES, Order, Refund, RefundStatus
+from .permissions import REVIEW_REFUNDS, STAFF_ROLES, may_see_payments
 from .policy import RefundRefusal, order_unavailable, refund_policy_check, refund_policy_checks
 from .serializers import RefundOrderArguments
 from .services import refund_find, refund_pay, refund_record
@@ -69,7 +73,18 @@ class RefundOrderAction(Action):
         "this tool returns, not your own conclusion."
     )
     arguments_serializer = RefundOrderArguments
-    review_permission = "approvals.review_refund_order"
+    review_permission = REVIEW_REFUNDS
+    staff_roles = STAFF_ROLES
+    # The payment gateway is not configured (or not reachable as configured): a staff retry may mend it.
+    retryable_failure_codes = frozenset({GatewayUnavailable.code})
+
+    def customer_home(self, user: Any) -> Link:
+        return Link("My orders", reverse("refunds:orders"))
+
+    def console_links(self, user: Any) -> list[Link]:
+        if not may_see_payments(user):
+            return []
+        return [Link("Payments", reverse("payments_console:reconciliation"), key="payments")]
 
     def may_use(self, user: Any) -> bool:
         return bool(user.is_active)
