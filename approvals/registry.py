@@ -273,6 +273,11 @@ class Action(ABC):
         """What happened, for the person, once executed."""
         ...
 
+    def subject_changed_words(self, preview: Preview) -> str | None:
+        """What the customer reads when their request went out of date because its subject changed,
+        with what to do ("Your order changed after this request was made..."); None: the engine's words."""
+        return None
+
     def outcome_title(self, preview: Preview) -> str | None:
         """A short title for an executed preview when "Completed" would say too much (a refund still
         processing at the bank, or one the bank failed afterwards); None keeps "Completed"."""

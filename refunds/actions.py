@@ -78,6 +78,13 @@ class RefundOrderAction(Action):
     # The payment gateway is not configured (or not reachable as configured): a staff retry may mend it.
     retryable_failure_codes = frozenset({GatewayUnavailable.code})
 
+    def subject_changed_words(self, preview: Preview) -> str:
+        return (
+            "Your order changed after this request was made (for example, another refund on it was completed), "
+            "so what it shows may no longer be right. Nothing was done. Ask the assistant for a new request: "
+            "it will use your order as it is now."
+        )
+
     def customer_home(self, user: Any) -> Link:
         return Link("My orders", reverse("refunds:orders"))
 
