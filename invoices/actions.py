@@ -23,6 +23,7 @@ from approvals.plugin import (
     RiskFlag,
     RuleResult,
     StandingGrant,
+    amount_of,
     audit_record,
     format_minor,
 )
@@ -192,7 +193,7 @@ class SendInvoiceAction(Action):
         return [
             DisplayRow("Invoice", preview.subject_id),
             DisplayRow("Recipient", preview.payload["recipient"]),
-            DisplayRow("Total", format_minor(preview.amount_minor, preview.currency)),
+            DisplayRow("Total", format_minor(*amount_of(preview))),
             DisplayRow("Subject", preview.payload["subject"]),
         ]
 
