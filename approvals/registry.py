@@ -386,12 +386,14 @@ class Registry:
         return sorted(self.import_sections.values(), key=lambda s: s.order)
 
     def staff_roles(self) -> list[StaffRole]:
-        """Every staff role the registered actions declare, once per group name, in registration order."""
-        roles: dict[str, StaffRole] = {}
+        """Every staff role the registered actions declare, once per group name (with the permissions
+        every action gives it), in registration order."""
+        permissions: dict[str, list[str]] = {}
         for action in self.actions.values():
             for role in action.staff_roles:
-                roles.setdefault(role.group, role)
-        return list(roles.values())
+                held = permissions.setdefault(role.group, [])
+                held.extend(p for p in role.permissions if p not in held)
+        return [StaffRole(group, tuple(held)) for group, held in permissions.items()]
 
     def customer_homes(self, user: AbstractBaseUser) -> list[Link]:
         return [link for action in self.actions.values() if (link := action.customer_home(user)) is not None]
