@@ -21,9 +21,9 @@ if TYPE_CHECKING:
     from .models import Preview
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Proposal:
-    """What an action's policy accepted: the exact payload a person will approve."""
+    """What an action's policy accepted: the exact payload a person will approve (keywords only)."""
 
     subject_type: str
     subject_id: str
@@ -33,7 +33,8 @@ class Proposal:
     #: action that moves no money (then nothing shows an amount, and no spending limit counts it).
     amount_minor: int | None = None
     currency: str | None = None
-    required_approvals: list[str] = field(default_factory=list)
+    #: Who must approve (ApprovalRole values): at least one.
+    required_approvals: list[str]
 
 
 @runtime_checkable
