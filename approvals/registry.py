@@ -156,6 +156,8 @@ class Action(ABC):
     # previews of this kind in the console. Declare it in the Meta.permissions of one of the action's
     # own models, and give it to a group in `staff_roles` (created by the action's own migration).
     review_permission: str = "approvals.review_preview"
+    #: Payload fields the console's search also looks in (text fields, e.g. an invoice's "recipient").
+    searchable_payload_fields: tuple[str, ...] = ()
     #: The staff groups this action needs, with their permissions (see StaffRole).
     staff_roles: tuple[StaffRole, ...] = ()
     #: The codes of this action's failures (ExecutionFailure with `before_effect`) that are transient:
@@ -395,6 +397,12 @@ class Registry:
                 held = permissions.setdefault(role.group, [])
                 held.extend(p for p in role.permissions if p not in held)
         return [StaffRole(group, tuple(held)) for group, held in permissions.items()]
+
+    def searchable_payload_fields(self) -> list[str]:
+        names: list[str] = []
+        for action in self.actions.values():
+            names.extend(n for n in action.searchable_payload_fields if n not in names)
+        return names
 
     def customer_homes(self, user: AbstractBaseUser) -> list[Link]:
         return [link for action in self.actions.values() if (link := action.customer_home(user)) is not None]
