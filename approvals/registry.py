@@ -156,6 +156,10 @@ class Action(ABC):
     # previews of this kind in the console. Declare it in the Meta.permissions of one of the action's
     # own models, and give it to a group in `staff_roles` (created by the action's own migration).
     review_permission: str = "approvals.review_preview"
+    #: Whether this action's proposals carry an amount and currency (Proposal.amount_minor): the agent
+    #: API's schema then documents `amount_minor` and `currency` in its preview. False for an action
+    #: that moves no money.
+    proposes_amount: bool = True
     #: Payload fields the console's search also looks in (text fields, e.g. an invoice's "recipient").
     searchable_payload_fields: tuple[str, ...] = ()
     #: The staff groups this action needs, with their permissions (see StaffRole).
