@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from .errors import EffectLookupUnavailable
 
 if TYPE_CHECKING:
-    from django.contrib.auth.models import AbstractBaseUser
+    from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
     from django.db.models import Model
     from rest_framework.serializers import Serializer
 
@@ -179,11 +179,11 @@ class Action(ABC):
         """Whether a staff retry may mend a failure with this code that came before any effect."""
         return code in self.retryable_failure_codes
 
-    def customer_home(self, user: AbstractBaseUser) -> Link | None:
+    def customer_home(self, user: AbstractBaseUser | AnonymousUser) -> Link | None:
         """Where this person sees their things of this action (their orders), or None."""
         return None
 
-    def console_links(self, user: AbstractBaseUser) -> list[Link]:
+    def console_links(self, user: AbstractBaseUser | AnonymousUser) -> list[Link]:
         """Console pages of this action's own that this staff member may use (reconciliation...)."""
         return []
 
@@ -408,10 +408,10 @@ class Registry:
             names.extend(n for n in action.searchable_payload_fields if n not in names)
         return names
 
-    def customer_homes(self, user: AbstractBaseUser) -> list[Link]:
+    def customer_homes(self, user: AbstractBaseUser | AnonymousUser) -> list[Link]:
         return [link for action in self.actions.values() if (link := action.customer_home(user)) is not None]
 
-    def console_links(self, user: AbstractBaseUser) -> list[Link]:
+    def console_links(self, user: AbstractBaseUser | AnonymousUser) -> list[Link]:
         return [link for action in self.actions.values() for link in action.console_links(user)]
 
 
