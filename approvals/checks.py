@@ -32,7 +32,7 @@ def _declared_permissions() -> set[str]:
     """Every permission the installed models declare: Meta.permissions and the default ones."""
     from django.apps import apps
 
-    declared = set()
+    declared: set[str] = set()
     for model in apps.get_models():
         meta = model._meta
         declared.update(f"{meta.app_label}.{codename}" for codename, _name in meta.permissions)
