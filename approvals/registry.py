@@ -9,29 +9,71 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .errors import EffectLookupUnavailable
 
 if TYPE_CHECKING:
-    from django.contrib.auth.models import AbstractBaseUser
+    from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
     from django.db.models import Model
     from rest_framework.serializers import Serializer
 
     from .models import Preview
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Proposal:
-    """What an action's policy accepted: the exact payload a person will approve."""
+    """What an action's policy accepted: the exact payload a person will approve (keywords only)."""
 
     subject_type: str
     subject_id: str
     subject_version: int
     payload: dict[str, Any]
-    amount_minor: int
-    currency: str
+    #: The amount the person approves, in minor units, and its ISO 4217 currency; both None for an
+    #: action that moves no money (then nothing shows an amount, and no spending limit counts it).
+    amount_minor: int | None = None
+    currency: str | None = None
+    #: Who must approve (ApprovalRole values): at least one.
     required_approvals: list[str]
+
+
+@runtime_checkable
+class Subject(Protocol):
+    """What an action's subject row (an order, an invoice) offers the engine.
+
+    `pk` names the row, `owner` is the person whose subject it is (the customer who confirms), and
+    `version` is an integer the action raises on every change that matters to a preview: the engine
+    records it in the preview and refuses to execute when it moved (`subject_changed`).
+    """
+
+    pk: Any
+    version: int
+
+    @property
+    def owner(self) -> Any: ...
+
+
+@dataclass(frozen=True)
+class StaffRole:
+    """A staff group an action needs and the permissions ("app_label.codename") its members hold.
+
+    The action declares its roles (`Action.staff_roles`) and creates them in its own data migration;
+    `import_shop_data` offers the declared group names for staff. A role whose permissions include the
+    action's `review_permission` decides the action's previews in the console.
+    """
+
+    group: str
+    permissions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Link:
+    """A page of an action's own for a person (e.g. "My orders" for a customer). `key` marks it as the
+    current page where a view passes the same `nav` to its template."""
+
+    label: str
+    url: str
+    key: str = ""
 
 
 @dataclass(frozen=True)
@@ -111,13 +153,39 @@ class Action(ABC):
     subject_argument: str = ""
     arguments_serializer: type[Serializer]
     # The permission ("app_label.codename") a staff member needs to see, approve, reject or retry
-    # previews of this kind in the console. Define it in approvals.models.Preview.Meta.permissions.
+    # previews of this kind in the console. Declare it in the Meta.permissions of one of the action's
+    # own models, and give it to a group in `staff_roles` (created by the action's own migration).
     review_permission: str = "approvals.review_preview"
+    #: Whether this action's proposals carry an amount and currency (Proposal.amount_minor): the agent
+    #: API's schema then documents `amount_minor` and `currency` in its preview. False for an action
+    #: that moves no money.
+    proposes_amount: bool = True
+    #: Payload fields the console's search also looks in (text fields, e.g. an invoice's "recipient").
+    searchable_payload_fields: tuple[str, ...] = ()
+    #: The staff groups this action needs, with their permissions (see StaffRole).
+    staff_roles: tuple[StaffRole, ...] = ()
+    #: The codes of this action's failures (ExecutionFailure with `before_effect`) that are transient:
+    #: nothing was asked of the outside world and the cause can go away (a gateway not configured yet),
+    #: so a staff retry may mend them; the preview waits in "needs attention". Every other failure code
+    #: is permanent (the preview fails). The engine's own `retries_exhausted` is always retryable.
+    retryable_failure_codes: frozenset[str] = frozenset()
     #: MCP tool annotations (hints for clients, never trusted coming in): whether the action's effect,
     #: once approved, cannot be taken back (a refund, a sent email), and whether proposing the same
     #: arguments again has no further effect (the gateway answers with the same open preview).
     destructive_hint: bool = True
     idempotent_hint: bool = True
+
+    def failure_is_retryable(self, code: str) -> bool:
+        """Whether a staff retry may mend a failure with this code that came before any effect."""
+        return code in self.retryable_failure_codes
+
+    def customer_home(self, user: AbstractBaseUser | AnonymousUser) -> Link | None:
+        """Where this person sees their things of this action (their orders), or None."""
+        return None
+
+    def console_links(self, user: AbstractBaseUser | AnonymousUser) -> list[Link]:
+        """Console pages of this action's own that this staff member may use (reconciliation...)."""
+        return []
 
     @abstractmethod
     def may_use(self, user: AbstractBaseUser) -> bool:
@@ -211,6 +279,11 @@ class Action(ABC):
     def outcome_text(self, preview: Preview) -> str:
         """What happened, for the person, once executed."""
         ...
+
+    def subject_changed_words(self, preview: Preview) -> str | None:
+        """What the customer reads when their request went out of date because its subject changed,
+        with what to do ("Your order changed after this request was made..."); None: the engine's words."""
+        return None
 
     def outcome_title(self, preview: Preview) -> str | None:
         """A short title for an executed preview when "Completed" would say too much (a refund still
@@ -318,6 +391,28 @@ class Registry:
 
     def ordered_import_sections(self) -> list[ImportSection]:
         return sorted(self.import_sections.values(), key=lambda s: s.order)
+
+    def staff_roles(self) -> list[StaffRole]:
+        """Every staff role the registered actions declare, once per group name (with the permissions
+        every action gives it), in registration order."""
+        permissions: dict[str, list[str]] = {}
+        for action in self.actions.values():
+            for role in action.staff_roles:
+                held = permissions.setdefault(role.group, [])
+                held.extend(p for p in role.permissions if p not in held)
+        return [StaffRole(group, tuple(held)) for group, held in permissions.items()]
+
+    def searchable_payload_fields(self) -> list[str]:
+        names: list[str] = []
+        for action in self.actions.values():
+            names.extend(n for n in action.searchable_payload_fields if n not in names)
+        return names
+
+    def customer_homes(self, user: AbstractBaseUser | AnonymousUser) -> list[Link]:
+        return [link for action in self.actions.values() if (link := action.customer_home(user)) is not None]
+
+    def console_links(self, user: AbstractBaseUser | AnonymousUser) -> list[Link]:
+        return [link for action in self.actions.values() for link in action.console_links(user)]
 
 
 registry = Registry()

@@ -4,7 +4,7 @@ a staff decision that must be audited, which the admin would not do."""
 
 from django.contrib import admin
 
-from approvals.admin import ReadOnlyInline, ReadOnlyModelAdmin
+from approvals.plugin import ReadOnlyInline, ReadOnlyModelAdmin
 
 from .models import Delivery, Invoice, InvoiceContact, InvoiceLine, StandingApproval
 

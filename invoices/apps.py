@@ -5,7 +5,7 @@ class InvoicesConfig(AppConfig):
     name = "invoices"
 
     def ready(self) -> None:
-        from approvals.registry import ImportSection, registry
+        from approvals.plugin import ImportSection, registry
 
         from .actions import SendInvoiceAction
         from .serializers import InvoiceImportSerializer, StandingApprovalImportSerializer

@@ -8,8 +8,7 @@ from typing import Any
 from django.conf import settings
 from django.core.mail import EmailMultiAlternatives
 
-from approvals.errors import ExecutionFailure, TransientExecutionError
-from approvals.models import Preview, PreviewStatus
+from approvals.plugin import ExecutionFailure, Preview, PreviewStatus, TransientExecutionError
 
 from .models import Delivery, Invoice
 from .rendering import invoice_email_render

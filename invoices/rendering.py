@@ -8,8 +8,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.template.loader import render_to_string
 
-from approvals.digests import digest_of
-from approvals.money import format_minor
+from approvals.plugin import digest_of, format_minor
 
 from .models import Invoice
 

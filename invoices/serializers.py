@@ -4,15 +4,15 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from rest_framework import serializers
 
-from approvals.arguments import (
+from approvals.plugin import (
     MAX_SAFE_MINOR,
     StrictCharField,
     StrictChoiceField,
     StrictIntegerField,
     StrictSerializer,
     SubjectIdField,
+    is_known_currency,
 )
-from approvals.money import is_known_currency
 
 from .models import Invoice, InvoiceStatus
 from .permissions import APPROVE_SENDS, may_approve_sends

@@ -3,7 +3,7 @@
 
 from django.contrib import admin
 
-from approvals.admin import ReadOnlyInline, ReadOnlyModelAdmin
+from approvals.plugin import ReadOnlyInline, ReadOnlyModelAdmin
 
 from .models import Drift, LocalGatewayRefund, Order, ProviderEvent, Refund
 

@@ -5,7 +5,7 @@ class RefundsConfig(AppConfig):
     name = "refunds"
 
     def ready(self) -> None:
-        from approvals.registry import ImportSection, registry
+        from approvals.plugin import ImportSection, registry
 
         from . import checks  # noqa: F401 - registers the system check
         from .actions import RefundOrderAction

@@ -10,7 +10,7 @@ What an event can change (docs/payments.md):
   still fail (some payment methods). `failed` and `canceled` are final.
 * a refund that failed or was cancelled moved no money: its ledger row is marked, the order's refunded
   amount goes back down (its version goes up), the customer is emailed, the agent hears of it through
-  the preview transition listeners (approvals.transitions.preview_effect_changed) and the console shows
+  the preview transition listeners (approvals.plugin.preview_effect_changed) and the console shows
   it. Nothing is retried: a person may propose a new refund.
 * anything else (a move back from a final status, a refund nobody here made) changes nothing; it is
   stored, audited, and reconciliation reports what disagrees.
@@ -26,9 +26,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from approvals.models import Execution, ExecutionOutcome, Preview
-from approvals.services import audit_record
-from approvals.transitions import preview_effect_changed
+from approvals.plugin import Execution, ExecutionOutcome, Preview, audit_record, preview_effect_changed
 
 from .models import (
     DEAD_REFUND_STATUSES,

@@ -10,8 +10,7 @@ from typing import Protocol
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from approvals.errors import ExecutionFailure, TransientExecutionError
-from approvals.rows import fetch_one, insert_rows
+from approvals.plugin import ExecutionFailure, TransientExecutionError, fetch_one, insert_rows
 
 from .models import LocalGatewayRefund
 

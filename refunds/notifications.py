@@ -8,7 +8,7 @@ from django.conf import settings
 from django.core.mail import send_mail
 from django.template.loader import render_to_string
 
-from approvals.money import format_minor
+from approvals.plugin import format_minor
 
 from .models import Refund
 

@@ -4,16 +4,16 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from rest_framework import serializers
 
-from approvals.arguments import (
+from approvals.plugin import (
     MAX_SAFE_MINOR,
     StrictCharField,
     StrictChoiceField,
     StrictIntegerField,
     StrictSerializer,
     SubjectIdField,
+    amount_in_flight,
+    is_known_currency,
 )
-from approvals.money import is_known_currency
-from approvals.selectors import amount_in_flight
 
 from .models import Order, OrderStatus
 from .policy import RefundReason

@@ -25,7 +25,7 @@ from typing import Any
 import stripe
 from django.conf import settings
 
-from approvals.errors import TransientExecutionError
+from approvals.plugin import TransientExecutionError
 
 from .gateways import GatewayDeclined, GatewayRefund, GatewayRefundMismatch, GatewayUnavailable, ProviderRefund
 

@@ -2,7 +2,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from approvals.models import OPEN_STATUSES, Preview
+from approvals.plugin import OPEN_STATUSES, Preview
 
 from .selectors import customer_orders
 

@@ -1,0 +1,175 @@
+"""The engine's public interface for actions: an action app imports this module and nothing else of
+`approvals` (tests/test_boundaries.py fails otherwise). Everything else in `approvals/` is the engine's
+own and may change without notice. docs/adding-an-action.md walks through a new action.
+
+What is here, by what it is for:
+
+**Declaring an action.** `Action` (subclass it, override its hooks), and what its hooks return:
+`Proposal` (what the policy accepted: the payload a person approves; `amount_minor`/`currency` are
+optional, None for an action that moves no money), `DisplayRow`, `RuleResult`, `FactTable`,
+`CounterField`, `RiskFlag`, `ReviewDocument`, `StandingGrant`, `Link` (a page of the action's own:
+`Action.customer_home` says where a customer sees their things, `Action.console_links` adds console
+pages). `Subject` is the protocol of the row an action acts on (`pk`, `owner`, `version`). Declarative
+hooks with defaults: `proposes_amount` (False for an action moving no money), `subject_changed_words`
+(the customer's explanation when the subject changed), `searchable_payload_fields` (the console's
+search), `counts_toward_spending_limits`, `idempotent_effect`, `can_look_up_effect`.
+
+**Registering it.** In the app's `AppConfig.ready()`: `register_action(MyAction())`, and
+`register_import_section(ImportSection(...))` for a top-level key of `import_shop_data`'s file
+(which raises `ShopDataInvalid` for data it cannot store). `registry` is the registry itself (read it,
+e.g. `registry.action("refund_order")`).
+
+**Staff roles.** `StaffRole(group, permissions)`: the action declares the groups it needs in
+`Action.staff_roles`, the permission deciding its previews in `Action.review_permission` (declared in
+its own model's `Meta.permissions`), and creates both in its own data migration. A role usually also
+holds `EXPORT_AUDIT_PERMISSION` (the console's audit log).
+
+**Errors an action raises.** `PolicyRefusal` (a proposal or re-check breaks a rule; give it a `code`
+from the action's own `RefusalCode` enum), `ExecutionFailure` (execution refused for good; a
+subclass may set `before_effect` or `effect_made`), `TransientExecutionError` (try again later),
+`EffectLookupUnavailable` (an earlier attempt's effect cannot be looked up), `ApplicationError`
+(the base: a business rule said no, in an action's own pages). An action says which of its failure
+codes a staff retry may mend in `Action.retryable_failure_codes`.
+
+**What an action reads of the engine's records.** `Preview` (with `PreviewStatus`, `OPEN_STATUSES`,
+`ApprovalRole` for `Proposal.required_approvals`), `Execution` and `ExecutionOutcome`, `AuditEvent`.
+Read them; only the engine changes them. `amount_in_flight` / `amount_in_flight_subquery`: what
+approved previews on a subject are paying right now (so two refunds cannot both take the remainder).
+
+**What an action may tell the engine.** `audit_record(...)` appends to the audit log (in the caller's
+transaction). `preview_effect_changed(preview)` says the outside world changed an executed preview's
+effect (a refund the bank failed afterwards), so the preview's pages and webhooks follow.
+`proposal_submit(...)` proposes on a person's behalf (staff proposing again what the bank failed),
+through the same policy, limits and confirmation as an agent's proposal.
+
+**Helpers.** Money: `format_minor(amount_minor, currency)` for people, `parse_major(text, currency)`
+from a form, `is_known_currency`, `amount_of(preview)` (the amount and currency of a preview that has
+one, typed as present). `digest_of(value)` is the SHA-256 of a value's canonical JSON (what a
+preview's digest is made of). Strict argument fields for `Action.arguments_serializer`:
+`StrictSerializer`, `StrictIntegerField`, `StrictCharField`, `StrictChoiceField`, `SubjectIdField`,
+`MAX_SAFE_MINOR`. Admin: `ReadOnlyModelAdmin`, `ReadOnlyInline` (an action's records are never edited
+in the admin). Fast rows for hot paths (an execution's recording, a webhook): `fetch_one(model, ...)`
+reads one row with a prepared statement, `insert_rows(instances)` inserts with one statement,
+`column_sql(model, name)` is a quoted column for raw SQL; use the ORM everywhere else.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from .admin_bases import ReadOnlyInline, ReadOnlyModelAdmin
+from .arguments import (
+    MAX_SAFE_MINOR,
+    StrictCharField,
+    StrictChoiceField,
+    StrictIntegerField,
+    StrictSerializer,
+    SubjectIdField,
+)
+from .digests import digest_of
+from .errors import (
+    ApplicationError,
+    EffectLookupUnavailable,
+    ExecutionFailure,
+    PolicyRefusal,
+    TransientExecutionError,
+)
+from .models import OPEN_STATUSES, ApprovalRole, AuditEvent, Execution, ExecutionOutcome, Preview, PreviewStatus
+from .money import format_minor, is_known_currency, parse_major
+from .registry import (
+    Action,
+    CounterField,
+    DisplayRow,
+    FactTable,
+    ImportSection,
+    Link,
+    Proposal,
+    ReviewDocument,
+    RiskFlag,
+    RuleResult,
+    StaffRole,
+    StandingGrant,
+    Subject,
+    registry,
+)
+from .rows import column_sql, fetch_one, insert_rows
+from .selectors import amount_in_flight, amount_in_flight_subquery
+from .services import audit_record, proposal_submit
+from .shop_import import ShopDataInvalid
+from .transitions import preview_effect_changed
+
+
+def amount_of(preview: Preview) -> tuple[int, str]:
+    """(amount_minor, currency) of a preview of an action that always proposes an amount (a refund);
+    a preview's amount is optional, so this raises ValueError for one without."""
+    if preview.amount_minor is None or not preview.currency:
+        raise ValueError(f"Preview {preview.pk} ({preview.action}) has no amount.")
+    return preview.amount_minor, preview.currency
+
+
+class RefusalCode(StrEnum):
+    """Base of an action's policy refusal codes: `class RefundRefusal(RefusalCode): ZERO_AMOUNT =
+    "zero_amount"`, raised as `PolicyRefusal(message, code=RefundRefusal.ZERO_AMOUNT)`. The values are
+    the stable codes agents and pages see."""
+
+
+#: The engine's permission to read and export the whole audit log; a review role usually includes it.
+EXPORT_AUDIT_PERMISSION = "approvals.export_auditrecord"
+
+register_action = registry.register_action
+register_import_section = registry.register_import_section
+
+__all__ = [
+    "EXPORT_AUDIT_PERMISSION",
+    "MAX_SAFE_MINOR",
+    "OPEN_STATUSES",
+    "Action",
+    "ApplicationError",
+    "ApprovalRole",
+    "AuditEvent",
+    "CounterField",
+    "DisplayRow",
+    "EffectLookupUnavailable",
+    "Execution",
+    "ExecutionFailure",
+    "ExecutionOutcome",
+    "FactTable",
+    "ImportSection",
+    "Link",
+    "PolicyRefusal",
+    "Preview",
+    "PreviewStatus",
+    "Proposal",
+    "ReadOnlyInline",
+    "ReadOnlyModelAdmin",
+    "RefusalCode",
+    "ReviewDocument",
+    "RiskFlag",
+    "RuleResult",
+    "ShopDataInvalid",
+    "StaffRole",
+    "StandingGrant",
+    "StrictCharField",
+    "StrictChoiceField",
+    "StrictIntegerField",
+    "StrictSerializer",
+    "Subject",
+    "SubjectIdField",
+    "TransientExecutionError",
+    "amount_in_flight",
+    "amount_of",
+    "amount_in_flight_subquery",
+    "audit_record",
+    "column_sql",
+    "digest_of",
+    "fetch_one",
+    "format_minor",
+    "insert_rows",
+    "is_known_currency",
+    "parse_major",
+    "preview_effect_changed",
+    "proposal_submit",
+    "register_action",
+    "register_import_section",
+    "registry",
+]
