@@ -135,17 +135,19 @@ def _refusal(use: LimitUse, amount_minor: int | None, message: str) -> SpendLimi
 
 
 def spend_limits_check(
-    *, agent_session: AgentSession | None, actor: Any, action: Action, amount_minor: int, currency: str
+    *, agent_session: AgentSession | None, actor: Any, action: Action, amount_minor: int | None, currency: str | None
 ) -> SpendLimitExceeded | None:
     """Lock what the limits are counted on and say whether this proposal would go past one of them.
 
     Call inside the proposal's transaction, before its preview is inserted; the locks are held until it
     commits. Returns the refusal, or None. Takes no lock and reads nothing when no limit applies.
     """
-    spends = action.counts_toward_spending_limits
-    daily = _limit_for(settings.SPEND_LIMIT_AGENT_DAILY, currency) if spends and agent_session else None
+    # A proposal without an amount (an action moving no money) counts only toward the hourly count.
+    money_out = action.counts_toward_spending_limits and amount_minor is not None and bool(currency)
+    spent, spent_in = (amount_minor or 0, currency or "") if money_out else (0, "")
+    daily = _limit_for(settings.SPEND_LIMIT_AGENT_DAILY, spent_in) if money_out and agent_session else None
     hourly = settings.SPEND_LIMIT_AGENT_HOURLY_COUNT if agent_session else None
-    period = _limit_for(settings.SPEND_LIMIT_CUSTOMER_30D, currency) if spends else None
+    period = _limit_for(settings.SPEND_LIMIT_CUSTOMER_30D, spent_in) if money_out else None
     if daily is None and hourly is None and period is None:
         return None
     # One order everywhere: the agent session's row, then the person's (agent_session_create locks the
@@ -170,30 +172,30 @@ def spend_limits_check(
                 ),
             )
     if daily is not None:
-        use = LimitUse("agent_daily_limit", "Today", currency, daily, agent_daily_use(agent_session, currency))
-        if use.used + amount_minor > use.limit:
+        use = LimitUse("agent_daily_limit", "Today", spent_in, daily, agent_daily_use(agent_session, spent_in))
+        if use.used + spent > use.limit:
             return _refusal(
                 use,
-                amount_minor,
+                spent,
                 (
-                    f"This agent session may propose at most {use.formatted(use.limit)} a day in {currency}; "
+                    f"This agent session may propose at most {use.formatted(use.limit)} a day in {spent_in}; "
                     f"{use.formatted(use.used)} is already proposed or refunded today, so "
-                    f"{money(amount_minor, currency)} ({amount_minor}) more would go past the limit. "
+                    f"{money(spent, spent_in)} ({spent}) more would go past the limit. "
                     f"At most {use.formatted(use.remaining)} remains today."
                 ),
             )
     if period is not None:
         use = LimitUse(
-            "customer_period_limit", "Customer, 30 days", currency, period, customer_period_use(actor.pk, currency)
+            "customer_period_limit", "Customer, 30 days", spent_in, period, customer_period_use(actor.pk, spent_in)
         )
-        if use.used + amount_minor > use.limit:
+        if use.used + spent > use.limit:
             return _refusal(
                 use,
-                amount_minor,
+                spent,
                 (
-                    f"At most {use.formatted(use.limit)} in {currency} may be proposed for this customer in 30 days; "
-                    f"{use.formatted(use.used)} is already proposed or refunded, so {money(amount_minor, currency)} "
-                    f"({amount_minor}) more would go past the limit. At most {use.formatted(use.remaining)} remains."
+                    f"At most {use.formatted(use.limit)} in {spent_in} may be proposed for this customer in 30 days; "
+                    f"{use.formatted(use.used)} is already proposed or refunded, so {money(spent, spent_in)} "
+                    f"({spent}) more would go past the limit. At most {use.formatted(use.remaining)} remains."
                 ),
             )
     return None

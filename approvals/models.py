@@ -51,10 +51,25 @@ AWAITING_STATUSES = (PreviewStatus.AWAITING_CUSTOMER, PreviewStatus.AWAITING_STA
 # needs_attention is neither open (no person can approve it) nor terminal (it ends in executed or failed).
 TERMINAL_STATUSES = tuple(s for s in PreviewStatus if s not in (*OPEN_STATUSES, PreviewStatus.NEEDS_ATTENTION))
 
-# Failures known to have happened before the outside world was asked, after which running the same
-# preview again (with every check re-run) may succeed: the provider could not be used as configured,
-# or was unavailable on every attempt. Every other failure needs a new proposal, never a retry.
-RETRYABLE_FAILURE_CODES = frozenset({"retries_exhausted", "gateway_unavailable"})
+
+class _RetryableFailureCodes:
+    """Failures known to have happened before the outside world was asked, after which running the same
+    preview again (with every check re-run) may succeed: the engine's own `retries_exhausted` (the
+    provider was unavailable on every attempt), and the codes each registered action declares in
+    `Action.retryable_failure_codes` (e.g. a provider not configured). Every other failure needs a new
+    proposal, never a retry. Asked with `code in RETRYABLE_FAILURE_CODES`."""
+
+    ENGINE_CODES = frozenset({"retries_exhausted"})
+
+    def __contains__(self, code: object) -> bool:
+        from .registry import registry
+
+        if code in self.ENGINE_CODES:
+            return True
+        return any(action.failure_is_retryable(str(code)) for action in registry.actions.values())
+
+
+RETRYABLE_FAILURE_CODES = _RetryableFailureCodes()
 
 
 class ApprovalRole(models.TextChoices):
@@ -76,8 +91,9 @@ class Preview(models.Model):
     subject_id = models.CharField(max_length=64)
     subject_version = models.PositiveIntegerField()
     payload = models.JSONField()
-    amount_minor = models.BigIntegerField()
-    currency = models.CharField(max_length=3)
+    # The money the person approves (minor units of `currency`), both null for an action moving none.
+    amount_minor = models.BigIntegerField(null=True, blank=True)
+    currency = models.CharField(max_length=3, null=True, blank=True)
     proposal_key = models.CharField(max_length=64, help_text="Digest of what was proposed; equal proposals share it.")
     digest = models.CharField(max_length=64, help_text="Digest of exactly what a person approves.")
     required_approvals = models.JSONField()
@@ -117,13 +133,16 @@ class Preview(models.Model):
                 name="one_open_preview_per_proposal",
             ),
             models.CheckConstraint(condition=Q(amount_minor__gte=0), name="preview_amount_not_negative"),
+            models.CheckConstraint(
+                condition=Q(amount_minor__isnull=True, currency__isnull=True)
+                | Q(amount_minor__isnull=False, currency__isnull=False),
+                name="preview_amount_with_currency",
+            ),
         ]
-        # Staff decide previews of the action kinds whose permission they hold (Action.review_permission).
-        # An action without a permission of its own falls back to the generic one.
+        # Staff decide previews of the action kinds whose permission they hold (Action.review_permission,
+        # declared by the action on a model of its own). An action without one falls back to this one.
         permissions = [
             ("review_preview", "Can review previews of actions without a permission of their own"),
-            ("review_refund_order", "Can approve, reject and retry refund previews"),
-            ("review_send_invoice", "Can approve, reject and retry invoice send previews"),
         ]
 
     def __str__(self) -> str:

@@ -16,7 +16,8 @@ does it in two steps:
 The webhook body (also documented in README.md), signed with REVIEW_NOTIFY_SECRET:
 
     {"type": "review.needed" | "review.overdue", "count": 2, "queue_url": "https://…/console/",
-     "previews": [{"id", "action", "summary", "amount_minor", "currency", "amount", "status",
+     "previews": [{"id", "action", "summary", "amount_minor", "currency", "amount" (these three null for
+                   a preview without an amount), "status",
                    "waiting_since", "expires_at", "url", "risk_flags": ["…"]}],
      "text": "2 previews wait for staff review: …"}
 
@@ -134,7 +135,7 @@ class Item:
             "summary": self.summary,
             "amount_minor": p.amount_minor,
             "currency": p.currency,
-            "amount": format_minor(p.amount_minor, p.currency),
+            "amount": format_minor(p.amount_minor, p.currency) if p.amount_minor is not None and p.currency else None,
             "status": p.status,
             "waiting_since": p.status_changed_at.isoformat(),
             "expires_at": p.expires_at.isoformat(),

@@ -1,4 +1,5 @@
-"""Customers and staff as `import_shop_data` knows them; staff roles are Django groups."""
+"""Customers and staff as `import_shop_data` knows them; staff roles are Django groups, the ones the
+registered actions declare (Action.staff_roles), created by each action's own migration."""
 
 from typing import Any
 
@@ -8,11 +9,12 @@ from rest_framework import serializers
 
 from .arguments import StrictCharField, StrictSerializer
 from .digests import sha256_hex
+from .registry import registry
 
-REFUND_REVIEWERS = "Refund reviewers"
-INVOICE_APPROVERS = "Invoice approvers"
-BILLING = "Billing"
-STAFF_GROUPS = (REFUND_REVIEWERS, INVOICE_APPROVERS, BILLING)
+
+def staff_group_names() -> list[str]:
+    """The staff groups a person may be put in: those the registered actions declare."""
+    return [role.group for role in registry.staff_roles()]
 
 
 class CustomerImportSerializer(StrictSerializer):
@@ -22,7 +24,14 @@ class CustomerImportSerializer(StrictSerializer):
 
 
 class StaffImportSerializer(CustomerImportSerializer):
-    groups = serializers.ListField(child=serializers.ChoiceField(choices=STAFF_GROUPS), required=False, default=list)
+    groups = serializers.ListField(child=serializers.ChoiceField(choices=[]), required=False, default=list)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The actions register after this module is imported: the choices come from the registry now.
+        self.fields["groups"] = serializers.ListField(
+            child=serializers.ChoiceField(choices=staff_group_names()), required=False, default=list
+        )
 
 
 def _person_upsert(data: dict[str, Any], *, is_staff: bool) -> str:

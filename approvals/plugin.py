@@ -18,7 +18,8 @@ e.g. `registry.action("refund_order")`).
 
 **Staff roles.** `StaffRole(group, permissions)`: the action declares the groups it needs in
 `Action.staff_roles`, the permission deciding its previews in `Action.review_permission` (declared in
-its own model's `Meta.permissions`), and creates both in its own data migration.
+its own model's `Meta.permissions`), and creates both in its own data migration. A role usually also
+holds `EXPORT_AUDIT_PERMISSION` (the console's audit log).
 
 **Errors an action raises.** `PolicyRefusal` (a proposal or re-check breaks a rule; give it a `code`
 from the action's own `RefusalCode` enum), `ExecutionFailure` (execution refused for good; a
@@ -39,7 +40,8 @@ effect (a refund the bank failed afterwards), so the preview's pages and webhook
 through the same policy, limits and confirmation as an agent's proposal.
 
 **Helpers.** Money: `format_minor(amount_minor, currency)` for people, `parse_major(text, currency)`
-from a form, `is_known_currency`. `digest_of(value)` is the SHA-256 of a value's canonical JSON (what a
+from a form, `is_known_currency`, `amount_of(preview)` (the amount and currency of a preview that has
+one, typed as present). `digest_of(value)` is the SHA-256 of a value's canonical JSON (what a
 preview's digest is made of). Strict argument fields for `Action.arguments_serializer`:
 `StrictSerializer`, `StrictIntegerField`, `StrictCharField`, `StrictChoiceField`, `SubjectIdField`,
 `MAX_SAFE_MINOR`. Admin: `ReadOnlyModelAdmin`, `ReadOnlyInline` (an action's records are never edited
@@ -94,16 +96,28 @@ from .shop_import import ShopDataInvalid
 from .transitions import preview_effect_changed
 
 
+def amount_of(preview: Preview) -> tuple[int, str]:
+    """(amount_minor, currency) of a preview of an action that always proposes an amount (a refund);
+    a preview's amount is optional, so this raises ValueError for one without."""
+    if preview.amount_minor is None or not preview.currency:
+        raise ValueError(f"Preview {preview.pk} ({preview.action}) has no amount.")
+    return preview.amount_minor, preview.currency
+
+
 class RefusalCode(StrEnum):
     """Base of an action's policy refusal codes: `class RefundRefusal(RefusalCode): ZERO_AMOUNT =
     "zero_amount"`, raised as `PolicyRefusal(message, code=RefundRefusal.ZERO_AMOUNT)`. The values are
     the stable codes agents and pages see."""
 
 
+#: The engine's permission to read and export the whole audit log; a review role usually includes it.
+EXPORT_AUDIT_PERMISSION = "approvals.export_auditrecord"
+
 register_action = registry.register_action
 register_import_section = registry.register_import_section
 
 __all__ = [
+    "EXPORT_AUDIT_PERMISSION",
     "MAX_SAFE_MINOR",
     "OPEN_STATUSES",
     "Action",
@@ -140,6 +154,7 @@ __all__ = [
     "SubjectIdField",
     "TransientExecutionError",
     "amount_in_flight",
+    "amount_of",
     "amount_in_flight_subquery",
     "audit_record",
     "column_sql",

@@ -246,13 +246,14 @@ def preview_envelope(preview: Preview, *, base_url: str) -> dict[str, Any]:
 
 
 # What a customer reads when a request of theirs went out of date, by failure code: what happened
-# and what to do, without the engine's own words.
+# and what to do, without the engine's own words. For `subject_changed` the action may say it in its
+# own words (Action.subject_changed_words: "Your order changed...").
+SUBJECT_CHANGED = (
+    "What this request is about changed after it was made, so what it shows may no longer be right. "
+    "Nothing was done. Ask the assistant for a new request: it will use things as they are now."
+)
 CUSTOMER_OUT_OF_DATE = {
-    "subject_changed": (
-        "Your order changed after this request was made (for example, another refund on it was completed), "
-        "so what it shows may no longer be right. Nothing was done. Ask the assistant for a new request: "
-        "it will use your order as it is now."
-    ),
+    "subject_changed": SUBJECT_CHANGED,
     "counter_proposed": (
         "Our support team changed this request, so nothing was done with this version. "
         "Please look at the changed request and confirm or decline it."
@@ -265,7 +266,7 @@ CUSTOMER_OUT_OF_DATE = {
 
 # Refusals of a customer's own decision, in their words (DecisionError codes).
 CUSTOMER_DECISION_ERRORS = {
-    "superseded": CUSTOMER_OUT_OF_DATE["subject_changed"],
+    "superseded": SUBJECT_CHANGED,
     "expired": "This request was not confirmed in time; nothing was done. Ask the assistant for a new one.",
     "digest_mismatch": "This request changed while you were looking at it. Review it again before deciding.",
     "already_decided": "You already decided this request.",
@@ -273,10 +274,25 @@ CUSTOMER_DECISION_ERRORS = {
 }
 
 
+def subject_changed_words(preview: Preview) -> str:
+    """Why a customer's request went out of date when its subject changed, in the action's words."""
+    action = registry.action(preview.action)
+    return (action.subject_changed_words(preview) if action else None) or SUBJECT_CHANGED
+
+
+def customer_decision_error(preview: Preview, code: str, message: str) -> str:
+    """A refusal of the customer's own decision in their words (DecisionError codes)."""
+    if code == "superseded":
+        return subject_changed_words(preview)
+    return CUSTOMER_DECISION_ERRORS.get(code, message)
+
+
 def customer_state_words(preview: Preview) -> tuple[str, str]:
     """(title, sentence) for the customer, with the out-of-date explanation where there is one."""
     title, text = preview_state_words(preview, "customer")
-    if preview.status == PreviewStatus.SUPERSEDED and preview.failure_code in CUSTOMER_OUT_OF_DATE:
+    if preview.status == PreviewStatus.SUPERSEDED and preview.failure_code == "subject_changed":
+        text = subject_changed_words(preview)
+    elif preview.status == PreviewStatus.SUPERSEDED and preview.failure_code in CUSTOMER_OUT_OF_DATE:
         text = CUSTOMER_OUT_OF_DATE[preview.failure_code]
     elif preview.status == PreviewStatus.DECLINED:
         text = "You declined this request; nothing was done."

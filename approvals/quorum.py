@@ -59,16 +59,18 @@ def _bands(value: str) -> tuple[QuorumBand, ...]:
     return tuple(parse_quorum(value))
 
 
-def staff_approvals_needed(action: str, currency: str, amount_minor: int) -> int | None:
-    """The number of distinct staff approvers REVIEW_QUORUM asks for, or None when no band applies."""
+def staff_approvals_needed(action: str, currency: str | None, amount_minor: int | None) -> int | None:
+    """The number of distinct staff approvers REVIEW_QUORUM asks for, or None when no band applies.
+
+    A preview without an amount (an action moving no money) is met only by `*` bands from 0."""
     if not settings.REVIEW_QUORUM:
         return None
+    currencies = (currency.upper(), ANY_CURRENCY) if currency else (ANY_CURRENCY,)
+    amount = amount_minor if amount_minor is not None else 0
     matching = [
         band
         for band in _bands(settings.REVIEW_QUORUM)
-        if band.action == action
-        and band.currency in (currency.upper(), ANY_CURRENCY)
-        and amount_minor >= band.from_minor
+        if band.action == action and band.currency in currencies and amount >= band.from_minor
     ]
     if not matching:
         return None
@@ -77,7 +79,9 @@ def staff_approvals_needed(action: str, currency: str, amount_minor: int) -> int
     return best.approvers
 
 
-def apply_quorum(*, action: str, currency: str, amount_minor: int, required: list[str]) -> tuple[list[str], int]:
+def apply_quorum(
+    *, action: str, currency: str | None, amount_minor: int | None, required: list[str]
+) -> tuple[list[str], int]:
     """The required roles and staff count for a new preview: a band that applies makes staff review
     required (even below the staff threshold) with that many approvers."""
     needed = staff_approvals_needed(action, currency, amount_minor)

@@ -21,9 +21,9 @@ if TYPE_CHECKING:
     from .models import Preview
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Proposal:
-    """What an action's policy accepted: the exact payload a person will approve."""
+    """What an action's policy accepted: the exact payload a person will approve (keywords only)."""
 
     subject_type: str
     subject_id: str
@@ -33,7 +33,8 @@ class Proposal:
     #: action that moves no money (then nothing shows an amount, and no spending limit counts it).
     amount_minor: int | None = None
     currency: str | None = None
-    required_approvals: list[str] = field(default_factory=list)
+    #: Who must approve (ApprovalRole values): at least one.
+    required_approvals: list[str]
 
 
 @runtime_checkable
@@ -67,10 +68,12 @@ class StaffRole:
 
 @dataclass(frozen=True)
 class Link:
-    """A page of an action's own for a person (e.g. "My orders" for a customer)."""
+    """A page of an action's own for a person (e.g. "My orders" for a customer). `key` marks it as the
+    current page where a view passes the same `nav` to its template."""
 
     label: str
     url: str
+    key: str = ""
 
 
 @dataclass(frozen=True)
@@ -155,10 +158,11 @@ class Action(ABC):
     review_permission: str = "approvals.review_preview"
     #: The staff groups this action needs, with their permissions (see StaffRole).
     staff_roles: tuple[StaffRole, ...] = ()
-    #: Failure codes (ExecutionFailure.code, with `before_effect`) a staff retry may mend, because
-    #: nothing was asked of the outside world and the cause can go away (a gateway not configured,
-    #: retries used up on a provider that was down). Every other failure is permanent.
-    retryable_failure_codes: frozenset[str] = frozenset({"retries_exhausted"})
+    #: The codes of this action's failures (ExecutionFailure with `before_effect`) that are transient:
+    #: nothing was asked of the outside world and the cause can go away (a gateway not configured yet),
+    #: so a staff retry may mend them; the preview waits in "needs attention". Every other failure code
+    #: is permanent (the preview fails). The engine's own `retries_exhausted` is always retryable.
+    retryable_failure_codes: frozenset[str] = frozenset()
     #: MCP tool annotations (hints for clients, never trusted coming in): whether the action's effect,
     #: once approved, cannot be taken back (a refund, a sent email), and whether proposing the same
     #: arguments again has no further effect (the gateway answers with the same open preview).
@@ -270,6 +274,11 @@ class Action(ABC):
         """What happened, for the person, once executed."""
         ...
 
+    def subject_changed_words(self, preview: Preview) -> str | None:
+        """What the customer reads when their request went out of date because its subject changed,
+        with what to do ("Your order changed after this request was made..."); None: the engine's words."""
+        return None
+
     def outcome_title(self, preview: Preview) -> str | None:
         """A short title for an executed preview when "Completed" would say too much (a refund still
         processing at the bank, or one the bank failed afterwards); None keeps "Completed"."""
@@ -378,12 +387,14 @@ class Registry:
         return sorted(self.import_sections.values(), key=lambda s: s.order)
 
     def staff_roles(self) -> list[StaffRole]:
-        """Every staff role the registered actions declare, once per group name, in registration order."""
-        roles: dict[str, StaffRole] = {}
+        """Every staff role the registered actions declare, once per group name (with the permissions
+        every action gives it), in registration order."""
+        permissions: dict[str, list[str]] = {}
         for action in self.actions.values():
             for role in action.staff_roles:
-                roles.setdefault(role.group, role)
-        return list(roles.values())
+                held = permissions.setdefault(role.group, [])
+                held.extend(p for p in role.permissions if p not in held)
+        return [StaffRole(group, tuple(held)) for group, held in permissions.items()]
 
     def customer_homes(self, user: AbstractBaseUser) -> list[Link]:
         return [link for action in self.actions.values() if (link := action.customer_home(user)) is not None]

@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET, require_POST
 from .errors import DecisionError
 from .models import AWAITING_STATUSES, ApprovalRole, Preview, PreviewStatus
 from .presentation import (
-    CUSTOMER_DECISION_ERRORS,
+    customer_decision_error,
     customer_state_words,
     format_datetime,
     preview_headline,
@@ -112,7 +112,7 @@ def _decide(
         raise Http404 from missing
     except DecisionError as error:
         preview = _own_preview(request, preview_id)
-        words = CUSTOMER_DECISION_ERRORS.get(error.code, error.message)
+        words = customer_decision_error(preview, error.code, error.message)
         return render(request, "approvals/preview.html", _page_context(preview, error=words), status=409)
     return redirect("approvals:preview", preview_id=preview_id)
 

@@ -8,12 +8,16 @@ from drf_spectacular.views import SpectacularAPIView
 from approvals.console.selectors import console_access
 from approvals.login import ThrottledLoginView
 from approvals.mcp_server import mcp_endpoint
+from approvals.registry import registry
 
 
 def home(request):  # type: ignore[no-untyped-def]
+    """Staff land on the console; a customer on the first action's page of their things (their
+    orders), or on their requests when no action has one."""
     if console_access(user=request.user):
         return redirect("console:queue")
-    return redirect("refunds:orders")
+    homes = registry.customer_homes(request.user)
+    return redirect(homes[0].url if homes else "approvals:mine")
 
 
 urlpatterns = [

@@ -18,26 +18,37 @@ from approvals.plugin import (
     PolicyRefusal,
     Preview,
     Proposal,
+    RefusalCode,
     ReviewDocument,
     RiskFlag,
     RuleResult,
     StandingGrant,
+    amount_of,
     audit_record,
     format_minor,
 )
 
 from .mail import SEND_INVOICE, InvoiceSendRefused, invoice_delivery_record, invoice_email_send
 from .models import Delivery, Invoice, InvoiceContact, InvoiceStatus, StandingApproval
-from .permissions import APPROVE_SENDS, SEND_ANY_INVOICE, may_approve_sends
+from .permissions import APPROVE_SENDS, SEND_ANY_INVOICE, STAFF_ROLES, may_approve_sends
 from .rendering import invoice_email_render
 from .serializers import SendInvoiceArguments
+
+
+class InvoiceRefusal(RefusalCode):
+    """The codes of send_invoice's policy refusals (the agent API's `error.code`)."""
+
+    INVOICE_UNAVAILABLE = "invoice_unavailable"
+    INVOICE_NOT_ISSUED = "invoice_not_issued"
+    RECIPIENT_INVALID = "recipient_invalid"
+    RECIPIENT_NOT_KNOWN_CONTACT = "recipient_not_known_contact"
 
 
 def invoice_unavailable(invoice_id: str) -> PolicyRefusal:
     # The same words whether the invoice belongs to someone else or does not exist.
     return PolicyRefusal(
         f"Invoice {invoice_id} is not available: no such invoice may be sent by you.",
-        code="invoice_unavailable",
+        code=InvoiceRefusal.INVOICE_UNAVAILABLE,
     )
 
 
@@ -62,12 +73,12 @@ def send_invoice_policy_check(*, invoice: Invoice, recipient: str) -> None:
     if invoice.status != InvoiceStatus.ISSUED:
         raise PolicyRefusal(
             f"Invoice {invoice.number} is {invoice.status}; only issued invoices can be sent.",
-            code="invoice_not_issued",
+            code=InvoiceRefusal.INVOICE_NOT_ISSUED,
             invoice_status=invoice.status,
         )
     problem = recipient_problem(recipient)
     if problem is not None:
-        raise PolicyRefusal(f"The recipient {recipient!r} {problem}.", code="recipient_invalid")
+        raise PolicyRefusal(f"The recipient {recipient!r} {problem}.", code=InvoiceRefusal.RECIPIENT_INVALID)
 
 
 class SendInvoiceAction(Action):
@@ -83,6 +94,7 @@ class SendInvoiceAction(Action):
     # SMTP has no idempotency key: the engine sends under the preview's lock, one run at a time.
     idempotent_effect = False
     review_permission = APPROVE_SENDS
+    staff_roles = STAFF_ROLES
 
     def may_use(self, user: Any) -> bool:
         return bool(user.is_active) and (not user.is_staff or user.has_perm(SEND_ANY_INVOICE))
@@ -181,7 +193,7 @@ class SendInvoiceAction(Action):
         return [
             DisplayRow("Invoice", preview.subject_id),
             DisplayRow("Recipient", preview.payload["recipient"]),
-            DisplayRow("Total", format_minor(preview.amount_minor, preview.currency)),
+            DisplayRow("Total", format_minor(*amount_of(preview))),
             DisplayRow("Subject", preview.payload["subject"]),
         ]
 
@@ -332,6 +344,6 @@ class SendInvoiceAction(Action):
             raise PolicyRefusal(
                 f"{recipient or 'That address'} is not a known billing contact of invoice {preview.subject_id}; "
                 "a counter-proposal may only send to one.",
-                code="recipient_not_known_contact",
+                code=InvoiceRefusal.RECIPIENT_NOT_KNOWN_CONTACT,
             )
         return {"invoice_id": preview.subject_id, "recipient": recipient}

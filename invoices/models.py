@@ -1,3 +1,5 @@
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -26,10 +28,17 @@ class Invoice(models.Model):
         ]
         permissions = [
             ("send_any_invoice", "Can have any invoice sent through their own agent session"),
+            # send_invoice's review permission (invoices.permissions.APPROVE_SENDS).
+            ("review_send_invoice", "Can approve, reject and retry invoice send previews"),
         ]
 
     def __str__(self) -> str:
         return self.number
+
+    @property
+    def owner(self) -> Any:
+        """The customer the invoice is for (the plug-in Subject protocol)."""
+        return self.customer
 
 
 class InvoiceLine(models.Model):

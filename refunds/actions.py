@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.urls import reverse
 
 from approvals.plugin import (
     Action,
@@ -12,6 +13,7 @@ from approvals.plugin import (
     CounterField,
     DisplayRow,
     FactTable,
+    Link,
     PolicyRefusal,
     Preview,
     PreviewStatus,
@@ -20,14 +22,17 @@ from approvals.plugin import (
     RuleResult,
     amount_in_flight,
     amount_in_flight_subquery,
+    amount_of,
     column_sql,
     fetch_one,
     format_minor,
     parse_major,
 )
 
+from .gateways import GatewayUnavailable
 from .models import DEAD_REFUND_STATUSES, Order, Refund, RefundStatus
-from .policy import order_unavailable, refund_policy_check, refund_policy_checks
+from .permissions import REVIEW_REFUNDS, STAFF_ROLES, may_see_payments
+from .policy import RefundRefusal, order_unavailable, refund_policy_check, refund_policy_checks
 from .serializers import RefundOrderArguments
 from .services import refund_find, refund_pay, refund_record
 
@@ -69,7 +74,25 @@ class RefundOrderAction(Action):
         "this tool returns, not your own conclusion."
     )
     arguments_serializer = RefundOrderArguments
-    review_permission = "approvals.review_refund_order"
+    review_permission = REVIEW_REFUNDS
+    staff_roles = STAFF_ROLES
+    # The payment gateway is not configured (or not reachable as configured): a staff retry may mend it.
+    retryable_failure_codes = frozenset({GatewayUnavailable.code})
+
+    def subject_changed_words(self, preview: Preview) -> str:
+        return (
+            "Your order changed after this request was made (for example, another refund on it was completed), "
+            "so what it shows may no longer be right. Nothing was done. Ask the assistant for a new request: "
+            "it will use your order as it is now."
+        )
+
+    def customer_home(self, user: Any) -> Link:
+        return Link("My orders", reverse("refunds:orders"))
+
+    def console_links(self, user: Any) -> list[Link]:
+        if not may_see_payments(user):
+            return []
+        return [Link("Payments", reverse("payments_console:reconciliation"), key="payments")]
 
     def may_use(self, user: Any) -> bool:
         return bool(user.is_active)
@@ -115,11 +138,11 @@ class RefundOrderAction(Action):
         if order.currency != preview.currency:
             raise PolicyRefusal(
                 f"Order {order.number} is in {order.currency}, the preview in {preview.currency}.",
-                code="currency_mismatch",
+                code=RefundRefusal.CURRENCY_MISMATCH,
             )
         refund_policy_check(
             order=order,
-            amount_minor=preview.amount_minor,
+            amount_minor=amount_of(preview)[0],
             reason=preview.payload["reason"],
             in_flight_minor=_in_flight(order, exclude=preview.pk),
         )
@@ -143,20 +166,20 @@ class RefundOrderAction(Action):
         )
 
     def headline(self, preview: Preview) -> str:
-        return f"Refund {format_minor(preview.amount_minor, preview.currency)} on order {preview.subject_id}"
+        return f"Refund {format_minor(*amount_of(preview))} on order {preview.subject_id}"
 
     def display_rows(self, preview: Preview) -> list[DisplayRow]:
         reason = preview.payload["reason"]
         return [
             DisplayRow("Order", preview.subject_id),
-            DisplayRow("Refund amount", format_minor(preview.amount_minor, preview.currency)),
+            DisplayRow("Refund amount", format_minor(*amount_of(preview))),
             DisplayRow("Currency", preview.currency),
             DisplayRow("Reason", REASON_WORDS.get(reason, reason)),
         ]
 
     def consequence(self, preview: Preview) -> str:
         return (
-            f"{format_minor(preview.amount_minor, preview.currency)} goes back to the payment method "
+            f"{format_minor(*amount_of(preview))} goes back to the payment method "
             f"used for order {preview.subject_id}. A refund cannot be undone once it is made."
         )
 
@@ -188,7 +211,7 @@ class RefundOrderAction(Action):
     def outcome_text(self, preview: Preview) -> str:
         refund = self._refund(preview)
         refund_id = refund.gateway_refund_id if refund else (preview.result or {}).get("refund_id", "")
-        amount = format_minor(preview.amount_minor, preview.currency)
+        amount = format_minor(*amount_of(preview))
         status = refund.status if refund else RefundStatus.SUCCEEDED
         reason = f" ({refund.status_reason})" if refund and refund.status_reason else ""
         if status == RefundStatus.PENDING:
@@ -226,7 +249,7 @@ class RefundOrderAction(Action):
     def review_summary(self, preview: Preview) -> str:
         reason = preview.payload["reason"]
         return (
-            f"Refund {format_minor(preview.amount_minor, preview.currency)} on {preview.subject_id} "
+            f"Refund {format_minor(*amount_of(preview))} on {preview.subject_id} "
             f"for {preview.actor.get_username()}, {reason}"
         )
 
@@ -239,7 +262,7 @@ class RefundOrderAction(Action):
         days = order.delivery_days
         # Once executed, the order's refunded amount already includes this refund.
         recorded = preview.status == PreviewStatus.EXECUTED
-        after = order.remaining_minor if recorded else order.remaining_minor - preview.amount_minor
+        after = order.remaining_minor if recorded else order.remaining_minor - amount_of(preview)[0]
         return [
             DisplayRow("Order", order.number),
             DisplayRow("Customer", f"{customer.get_username()} ({customer.email or 'no email'})"),
@@ -272,14 +295,14 @@ class RefundOrderAction(Action):
         ]
         for check, _refusal in refund_policy_checks(
             order=order,
-            amount_minor=preview.amount_minor,
+            amount_minor=amount_of(preview)[0],
             reason=preview.payload["reason"],
             in_flight_minor=_in_flight(order, exclude=preview.pk),
         ):
             detail = check.detail
             if check.rule == "amount_within_remaining":
                 detail += (
-                    f" That is {format_minor(preview.amount_minor, order.currency)} of "
+                    f" That is {format_minor(amount_of(preview)[0], order.currency)} of "
                     f"{format_minor(order.remaining_minor, order.currency)}."
                 )
             results.append(RuleResult(RULE_WORDS.get(check.rule, check.rule), check.passed, detail))
@@ -331,12 +354,12 @@ class RefundOrderAction(Action):
             found = []
             if preview.actor_id not in refunded_before:
                 found.append(RiskFlag("first_refund", "First refund of this customer"))
-            threshold = staff_review_threshold(preview.currency)
-            if threshold is not None and preview.amount_minor > threshold:
+            threshold = staff_review_threshold(amount_of(preview)[1])
+            if threshold is not None and amount_of(preview)[0] > threshold:
                 found.append(
                     RiskFlag(
                         "above_threshold",
-                        f"Above the {format_minor(threshold, preview.currency)} threshold",
+                        f"Above the {format_minor(threshold, amount_of(preview)[1])} threshold",
                     )
                 )
             flags[preview.pk] = found
@@ -347,16 +370,18 @@ class RefundOrderAction(Action):
             CounterField(
                 name="amount",
                 label=f"Refund amount ({preview.currency})",
-                current=format_minor(preview.amount_minor, preview.currency),
+                current=format_minor(*amount_of(preview)),
                 hint="In the order's currency, e.g. 49.90. The same refund rules apply.",
             )
         ]
 
     def counter_arguments(self, preview: Preview, values: dict[str, str]) -> dict[str, Any]:
         try:
-            amount_minor = parse_major(values.get("amount", ""), preview.currency)
+            amount_minor = parse_major(values.get("amount", ""), amount_of(preview)[1])
         except ValueError as error:
-            raise PolicyRefusal(f"The amount is not usable: {error}.", code="counter_amount_invalid") from error
+            raise PolicyRefusal(
+                f"The amount is not usable: {error}.", code=RefundRefusal.COUNTER_AMOUNT_INVALID
+            ) from error
         return {"order_id": preview.subject_id, "amount_minor": amount_minor, "reason": preview.payload["reason"]}
 
     def customer_facts(self, preview: Preview) -> list[DisplayRow]:
@@ -375,7 +400,7 @@ class RefundOrderAction(Action):
                 DisplayRow("Refunded before", format_minor(order.refunded_minor, money)),
                 DisplayRow(
                     "Left to refund after this",
-                    format_minor(max(order.remaining_minor - preview.amount_minor, 0), money),
+                    format_minor(max(order.remaining_minor - amount_of(preview)[0], 0), money),
                 ),
             ]
         else:  # not carried out: what stands now

@@ -1,6 +1,6 @@
 """The console's payments page: reconciliation drifts (acknowledge with a note), refunds the bank has
 not paid yet or did not pay (propose a new one), and a button to reconcile now. Staff who decide
-refunds only (`approvals.review_refund_order`); every form is a CSRF-protected POST."""
+refunds only (`refunds.review_refund_order`); every form is a CSRF-protected POST."""
 
 from __future__ import annotations
 
@@ -18,15 +18,11 @@ from django.views.decorators.http import require_GET, require_POST
 from approvals.plugin import ApplicationError
 
 from .models import DEAD_REFUND_STATUSES, Drift, Refund, RefundStatus
+from .permissions import may_see_payments
 from .reconciliation import drift_acknowledge, open_drifts, reconcile_run
 from .services import refund_propose_again
 
-REVIEW_PERMISSION = "approvals.review_refund_order"
 View = Callable[..., HttpResponse]
-
-
-def may_see_payments(user: Any) -> bool:
-    return bool(user.is_authenticated and user.is_active and user.is_staff and user.has_perm(REVIEW_PERMISSION))
 
 
 def payments_staff_required(view: View) -> View:

@@ -1,3 +1,5 @@
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
@@ -37,9 +39,16 @@ class Order(models.Model):
                 name="order_delivered_has_date",
             ),
         ]
+        # refund_order's review permission (refunds.permissions.REVIEW_REFUNDS, Action.review_permission).
+        permissions = [("review_refund_order", "Can approve, reject and retry refund previews")]
 
     def __str__(self) -> str:
         return self.number
+
+    @property
+    def owner(self) -> Any:
+        """The customer whose order it is (the plug-in Subject protocol)."""
+        return self.customer
 
     @property
     def remaining_minor(self) -> int:

@@ -4,11 +4,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from approvals.plugin import PolicyRefusal, format_minor
+from approvals.plugin import PolicyRefusal, RefusalCode, format_minor
 
 from .models import Order, OrderStatus
 
 LATE_MIN_DELIVERY_DAYS = 8  # `late` needs delivery more than 7 days after the order was placed
+
+
+class RefundRefusal(RefusalCode):
+    """The codes of refund_order's policy refusals (the agent API's `error.code`)."""
+
+    ORDER_UNAVAILABLE = "order_unavailable"
+    ORDER_NOT_REFUNDABLE = "order_not_refundable"
+    ZERO_AMOUNT = "zero_amount"
+    AMOUNT_EXCEEDS_REMAINING = "amount_exceeds_remaining"
+    REASON_NOT_APPLICABLE = "reason_not_applicable"
+    CURRENCY_MISMATCH = "currency_mismatch"
+    COUNTER_AMOUNT_INVALID = "counter_amount_invalid"
 
 
 class RefundReason:
@@ -34,7 +46,7 @@ def order_unavailable(order_id: str) -> PolicyRefusal:
     # The same words whether the order is someone else's or does not exist at all.
     return PolicyRefusal(
         f"Order {order_id} is not available: no such order belongs to this customer.",
-        code="order_unavailable",
+        code=RefundRefusal.ORDER_UNAVAILABLE,
     )
 
 
@@ -57,7 +69,7 @@ def refund_policy_checks(
             if refundable
             else PolicyRefusal(
                 f"Order {order.number} is {order.status}; only delivered orders can be refunded.",
-                code="order_not_refundable",
+                code=RefundRefusal.ORDER_NOT_REFUNDABLE,
                 order_status=order.status,
             ),
         )
@@ -71,7 +83,7 @@ def refund_policy_checks(
             else PolicyRefusal(
                 f"A refund of 0 on {order.number} would do nothing; propose an amount of at least 1 "
                 f"in minor units of {order.currency}.",
-                code="zero_amount",
+                code=RefundRefusal.ZERO_AMOUNT,
             ),
         )
     )
@@ -91,7 +103,7 @@ def refund_policy_checks(
             else PolicyRefusal(
                 f"Refund of {_amount(amount_minor, order.currency)} exceeds the "
                 f"{_amount(remaining, order.currency)} remaining on {order.number}",
-                code="amount_exceeds_remaining",
+                code=RefundRefusal.AMOUNT_EXCEEDS_REMAINING,
                 remaining_minor=remaining,
             ),
         )
@@ -106,7 +118,7 @@ def refund_policy_checks(
                 else PolicyRefusal(
                     f"Reason late needs delivery more than 7 days after the order was placed; "
                     f"{order.number} was delivered {days} days after it was placed.",
-                    code="reason_not_applicable",
+                    code=RefundRefusal.REASON_NOT_APPLICABLE,
                     delivery_days=days,
                 ),
             )

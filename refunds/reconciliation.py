@@ -36,6 +36,7 @@ from approvals.plugin import (
     Preview,
     PreviewStatus,
     TransientExecutionError,
+    amount_of,
     audit_record,
     digest_of,
     format_minor,
@@ -142,20 +143,20 @@ def order_findings(order: Order, provider: list[ProviderRefund]) -> list[Finding
                 DriftKind.PREVIEW_WITHOUT_PROVIDER_REFUND,
                 str(preview.pk),
                 f"Order {order.number}: preview {preview.pk} refunded "
-                f"{_money(preview.amount_minor, preview.currency)}"
+                f"{_money(*amount_of(preview))}"
                 f" as {refund_id or 'no refund id'}, which the provider does not list.",
                 preview_id=str(preview.pk),
                 refund_id=refund_id,
                 amount_minor=preview.amount_minor,
                 currency=preview.currency,
             )
-        if row is not None and (row.amount_minor, row.currency) != (preview.amount_minor, preview.currency):
+        if row is not None and (row.amount_minor, row.currency) != amount_of(preview):
             found(
                 DriftKind.AMOUNT_MISMATCH,
                 str(preview.pk),
                 f"Order {order.number}: the ledger's refund {row.gateway_refund_id} is "
                 f"{_money(row.amount_minor, row.currency)}, its preview "
-                f"{_money(preview.amount_minor, preview.currency)}.",
+                f"{_money(*amount_of(preview))}.",
                 preview_id=str(preview.pk),
                 refund_id=row.gateway_refund_id,
                 ledger_amount_minor=row.amount_minor,

@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import F
 
-from approvals.plugin import Preview, ShopDataInvalid, fetch_one, insert_rows
+from approvals.plugin import Preview, ShopDataInvalid, amount_of, fetch_one, insert_rows
 
 from .gateways import GatewayRefund, payment_gateway
 from .models import Order, Refund, RefundStatus
@@ -59,8 +59,8 @@ def refund_pay(*, preview: Preview, order: Order | None = None) -> dict[str, Any
             raise Order.DoesNotExist(f"No order {preview.subject_id}")
     gateway_refund = payment_gateway().refund(
         payment_ref=order.payment_ref or order.number,
-        amount_minor=preview.amount_minor,
-        currency=preview.currency,
+        amount_minor=amount_of(preview)[0],
+        currency=amount_of(preview)[1],
         idempotency_key=f"refund:{preview.pk}",
     )
     return _effect(gateway_refund)
@@ -84,8 +84,8 @@ def refund_find(*, preview: Preview) -> dict[str, Any] | None:
         raise Order.DoesNotExist(f"No order {preview.subject_id}")
     gateway_refund = payment_gateway().find_refund(
         payment_ref=order.payment_ref or order.number,
-        amount_minor=preview.amount_minor,
-        currency=preview.currency,
+        amount_minor=amount_of(preview)[0],
+        currency=amount_of(preview)[1],
         idempotency_key=f"refund:{preview.pk}",
     )
     if gateway_refund is None:
@@ -104,8 +104,8 @@ def refund_record(
             Refund(
                 order=order,
                 preview=preview,
-                amount_minor=preview.amount_minor,
-                currency=preview.currency,
+                amount_minor=amount_of(preview)[0],
+                currency=amount_of(preview)[1],
                 reason=preview.payload["reason"],
                 gateway_refund_id=refund_id,
                 status=status,
@@ -113,7 +113,7 @@ def refund_record(
             )
         ]
     )
-    order.refunded_minor += preview.amount_minor
+    order.refunded_minor += amount_of(preview)[0]
     order.version += 1
     order.save(update_fields=["refunded_minor", "version", "updated_at"])
     return {

@@ -62,25 +62,22 @@ def seal_all(timeout: float = 30.0) -> int:
         time.sleep(0.05)
 
 
-STAFF_GROUP_PERMISSIONS = {
-    "Refund reviewers": [("approvals", "review_refund_order"), ("approvals", "export_auditrecord")],
-    "Invoice approvers": [("approvals", "review_send_invoice"), ("approvals", "export_auditrecord")],
-    "Billing": [("invoices", "send_any_invoice")],
-}
-
-
 @pytest.fixture(autouse=True)
 def _staff_groups(request):
-    """The staff groups come from data migrations; a transactional test's flush removes them
-    (post_migrate brings the permissions back, not the groups). Put them back as migrated."""
+    """The staff groups come from the actions' data migrations; a transactional test's flush removes
+    them (post_migrate brings the permissions back, not the groups). Put them back as migrated: the
+    roles the registered actions declare (Action.staff_roles)."""
     if not {"db", "transactional_db", "live_server"} & set(request.fixturenames):
         return
     request.getfixturevalue("transactional_db" if "transactional_db" in request.fixturenames else "db")
     from django.contrib.auth.models import Group, Permission
 
-    for name, permissions in STAFF_GROUP_PERMISSIONS.items():
-        group, _ = Group.objects.get_or_create(name=name)
-        for app_label, codename in permissions:
+    from approvals.plugin import registry
+
+    for role in registry.staff_roles():
+        group, _ = Group.objects.get_or_create(name=role.group)
+        for permission in role.permissions:
+            app_label, codename = permission.split(".")
             group.permissions.add(Permission.objects.get(content_type__app_label=app_label, codename=codename))
 
 

@@ -1,3 +1,5 @@
+from __future__ import annotations
+
 from django import template
 
 from approvals.money import format_minor
@@ -6,6 +8,8 @@ register = template.Library()
 
 
 @register.simple_tag
-def money(amount_minor: int, currency: str) -> str:
-    """{% money 500 "EUR" %} → €5.00"""
+def money(amount_minor: int | None, currency: str | None) -> str:
+    """{% money 500 "EUR" %} → €5.00; nothing for a preview without an amount (no "0.00")."""
+    if amount_minor is None or not currency:
+        return ""
     return format_minor(amount_minor, currency)

@@ -2,11 +2,13 @@
 
 import pytest
 from django.contrib.auth.models import Group, Permission
+from django.db.models import Q
 from django.test import Client
 
 from approvals.models import ApprovalRole, Preview, PreviewStatus
-from approvals.people import BILLING, REFUND_REVIEWERS
 from approvals.services import preview_approve
+from invoices.permissions import BILLING
+from refunds.permissions import REFUND_REVIEWERS
 from tests.conftest import agent_client_for, propose
 from tests.factories import OrderFactory, StaffFactory, UserFactory
 
@@ -19,12 +21,13 @@ def _thresholds(settings):
 
 
 def reviewers_group() -> Group:
-    """The group migration 0003 gives the refund review permission. A transactional test's flush
+    """The group refunds' migration 0003 gives the refund review permission. A transactional test's flush
     empties groups (data migrations do not run again), so put it back the way the migration does."""
     group, _ = Group.objects.get_or_create(name=REFUND_REVIEWERS)
     group.permissions.add(
         *Permission.objects.filter(
-            content_type__app_label="approvals", codename__in=["review_refund_order", "export_auditrecord"]
+            Q(content_type__app_label="refunds", codename="review_refund_order")
+            | Q(content_type__app_label="approvals", codename="export_auditrecord")
         )
     )
     return group

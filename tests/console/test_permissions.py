@@ -8,8 +8,9 @@ from django.contrib.auth.models import Group, Permission
 from django.test import Client
 
 from approvals.models import AgentSession, Approval, AuditRecord, Preview, PreviewStatus
-from approvals.people import INVOICE_APPROVERS, REFUND_REVIEWERS
+from invoices.permissions import INVOICE_APPROVERS
 from refunds.models import Refund
+from refunds.permissions import REFUND_REVIEWERS
 from tests.conftest import tampering
 
 from .conftest import logged_in
