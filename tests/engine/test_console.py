@@ -38,7 +38,8 @@ def test_the_queue_lists_a_rename_waiting_for_staff_in_words(board, agent, revie
     assert "olive" in row and "olive@example.test" in row
     assert agent.agent_session.token_prefix in row
     assert f'value="{preview.pk}:{preview.digest}:1"' in row  # the tick carries id, digest and version
-    assert 'data-preview="' in row and "Awaiting staff" in text_of(row).title()
+    assert 'class="status-word status-awaiting_staff"' in row
+    assert "Waiting for staff review" in text_of(row)
 
 
 def test_the_queue_shows_no_amount_for_an_action_without_money(board, agent, reviewer):

@@ -141,15 +141,25 @@ def test_staff_without_the_actions_review_permission_can_neither_see_nor_decide_
     assert not AuditRecord.objects.filter(actor__in=[generic, plain_staff]).exists()
 
 
-def test_the_action_declares_its_staff_role_and_its_migration_created_it(db):
+def test_the_action_declares_its_staff_role_and_its_own_migration_creates_it(db):
+    import importlib
+
+    from django.apps import apps
+
     from approvals.plugin import registry
 
     action = registry.action(TOOL)
     assert action.review_permission == "toy_action.review_rename_board"
     assert [(role.group, role.permissions) for role in action.staff_roles] == [
-        ("Board reviewers", ("toy_action.review_rename_board",))
+        ("Board reviewers", ("toy_action.review_rename_board", "approvals.export_auditrecord"))
     ]
+    # What the data migration does, run again on an empty group table (a flush may have emptied it).
+    Group.objects.filter(name="Board reviewers").delete()
+    importlib.import_module("tests.toy_action.migrations.0002_board_reviewers").grant(apps, None)
     group = Group.objects.get(name="Board reviewers")
-    assert list(group.permissions.values_list("content_type__app_label", "codename")) == [
-        ("toy_action", "review_rename_board")
+    assert sorted(group.permissions.values_list("content_type__app_label", "codename")) == [
+        ("approvals", "export_auditrecord"),
+        ("toy_action", "review_rename_board"),
     ]
+    reviewer = make_reviewer("rory")
+    assert reviewer.has_perm(action.review_permission)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from approvals.plugin import (
+    EXPORT_AUDIT_PERMISSION,
     Action,
     ApprovalRole,
     DisplayRow,
@@ -71,7 +72,7 @@ class RenameBoardAction(Action):
     )
     arguments_serializer = RenameBoardArguments
     review_permission = REVIEW_PERMISSION
-    staff_roles = (StaffRole(BOARD_REVIEWERS, (REVIEW_PERMISSION,)),)
+    staff_roles = (StaffRole(BOARD_REVIEWERS, (REVIEW_PERMISSION, EXPORT_AUDIT_PERMISSION)),)
     # A board can be renamed back: the tool's effect is not destructive.
     destructive_hint = False
     # Nothing outside the database: asking "was it made?" always has an answer (no, until recorded).
