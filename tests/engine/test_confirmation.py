@@ -143,7 +143,7 @@ def test_the_page_of_a_rename_that_needs_staff_says_so_without_speaking_of_an_am
 
     page = html(logged_in(owner).get(page_url(preview)))
 
-    assert "a member of our support team reviews it after you confirm" in page
+    assert "member of our support team reviews it after you confirm" in page
     assert "amount" not in page.lower()
 
 

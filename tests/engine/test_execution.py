@@ -72,6 +72,8 @@ def test_a_board_changed_after_the_approval_is_not_renamed(board, agent, django_
 
     preview.refresh_from_db()
     assert (preview.status, preview.failure_code) == (PreviewStatus.SUPERSEDED, "subject_changed")
+    # What the agent is told names what the preview is about, not an order or an invoice.
+    assert "order" not in preview.failure_reason.lower() and "invoice" not in preview.failure_reason.lower()
     execution = Execution.objects.get()
     assert (execution.outcome, execution.code) == ("refused_before_effect", "subject_changed")
     assert execution.effect is None
