@@ -9,7 +9,10 @@ What is here, by what it is for:
 optional, None for an action that moves no money), `DisplayRow`, `RuleResult`, `FactTable`,
 `CounterField`, `RiskFlag`, `ReviewDocument`, `StandingGrant`, `Link` (a page of the action's own:
 `Action.customer_home` says where a customer sees their things, `Action.console_links` adds console
-pages). `Subject` is the protocol of the row an action acts on (`pk`, `owner`, `version`).
+pages). `Subject` is the protocol of the row an action acts on (`pk`, `owner`, `version`). Declarative
+hooks with defaults: `proposes_amount` (False for an action moving no money), `subject_changed_words`
+(the customer's explanation when the subject changed), `searchable_payload_fields` (the console's
+search), `counts_toward_spending_limits`, `idempotent_effect`, `can_look_up_effect`.
 
 **Registering it.** In the app's `AppConfig.ready()`: `register_action(MyAction())`, and
 `register_import_section(ImportSection(...))` for a top-level key of `import_shop_data`'s file

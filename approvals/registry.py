@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from .errors import EffectLookupUnavailable
 
 if TYPE_CHECKING:
-    from django.contrib.auth.models import AbstractBaseUser
+    from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
     from django.db.models import Model
     from rest_framework.serializers import Serializer
 
@@ -156,6 +156,12 @@ class Action(ABC):
     # previews of this kind in the console. Declare it in the Meta.permissions of one of the action's
     # own models, and give it to a group in `staff_roles` (created by the action's own migration).
     review_permission: str = "approvals.review_preview"
+    #: Whether this action's proposals carry an amount and currency (Proposal.amount_minor): the agent
+    #: API's schema then documents `amount_minor` and `currency` in its preview. False for an action
+    #: that moves no money.
+    proposes_amount: bool = True
+    #: Payload fields the console's search also looks in (text fields, e.g. an invoice's "recipient").
+    searchable_payload_fields: tuple[str, ...] = ()
     #: The staff groups this action needs, with their permissions (see StaffRole).
     staff_roles: tuple[StaffRole, ...] = ()
     #: The codes of this action's failures (ExecutionFailure with `before_effect`) that are transient:
@@ -173,11 +179,11 @@ class Action(ABC):
         """Whether a staff retry may mend a failure with this code that came before any effect."""
         return code in self.retryable_failure_codes
 
-    def customer_home(self, user: AbstractBaseUser) -> Link | None:
+    def customer_home(self, user: AbstractBaseUser | AnonymousUser) -> Link | None:
         """Where this person sees their things of this action (their orders), or None."""
         return None
 
-    def console_links(self, user: AbstractBaseUser) -> list[Link]:
+    def console_links(self, user: AbstractBaseUser | AnonymousUser) -> list[Link]:
         """Console pages of this action's own that this staff member may use (reconciliation...)."""
         return []
 
@@ -396,10 +402,16 @@ class Registry:
                 held.extend(p for p in role.permissions if p not in held)
         return [StaffRole(group, tuple(held)) for group, held in permissions.items()]
 
-    def customer_homes(self, user: AbstractBaseUser) -> list[Link]:
+    def searchable_payload_fields(self) -> list[str]:
+        names: list[str] = []
+        for action in self.actions.values():
+            names.extend(n for n in action.searchable_payload_fields if n not in names)
+        return names
+
+    def customer_homes(self, user: AbstractBaseUser | AnonymousUser) -> list[Link]:
         return [link for action in self.actions.values() if (link := action.customer_home(user)) is not None]
 
-    def console_links(self, user: AbstractBaseUser) -> list[Link]:
+    def console_links(self, user: AbstractBaseUser | AnonymousUser) -> list[Link]:
         return [link for action in self.actions.values() for link in action.console_links(user)]
 
 

@@ -1,6 +1,7 @@
 from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
@@ -11,7 +12,7 @@ from approvals.mcp_server import mcp_endpoint
 from approvals.registry import registry
 
 
-def home(request):  # type: ignore[no-untyped-def]
+def home(request: HttpRequest) -> HttpResponse:
     """Staff land on the console; a customer on the first action's page of their things (their
     orders), or on their requests when no action has one."""
     if console_access(user=request.user):

@@ -95,6 +95,7 @@ class SendInvoiceAction(Action):
     idempotent_effect = False
     review_permission = APPROVE_SENDS
     staff_roles = STAFF_ROLES
+    searchable_payload_fields = ("recipient",)
 
     def may_use(self, user: Any) -> bool:
         return bool(user.is_active) and (not user.is_staff or user.has_perm(SEND_ANY_INVOICE))

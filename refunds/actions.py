@@ -173,7 +173,7 @@ class RefundOrderAction(Action):
         return [
             DisplayRow("Order", preview.subject_id),
             DisplayRow("Refund amount", format_minor(*amount_of(preview))),
-            DisplayRow("Currency", preview.currency),
+            DisplayRow("Currency", amount_of(preview)[1]),
             DisplayRow("Reason", REASON_WORDS.get(reason, reason)),
         ]
 

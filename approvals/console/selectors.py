@@ -134,13 +134,11 @@ class Queue:
 
 
 def _search(queryset: QuerySet[Preview], query: str) -> QuerySet[Preview]:
-    """By order or invoice number, the customer's username or email, an invoice's recipient, or the id."""
-    condition = (
-        Q(subject_id__icontains=query)
-        | Q(actor__username__icontains=query)
-        | Q(actor__email__icontains=query)
-        | Q(payload__recipient__icontains=query)
-    )
+    """By subject id (an order or invoice number), the customer's username or email, a payload field an
+    action makes searchable (an invoice's recipient: Action.searchable_payload_fields), or the id."""
+    condition = Q(subject_id__icontains=query) | Q(actor__username__icontains=query) | Q(actor__email__icontains=query)
+    for name in registry.searchable_payload_fields():
+        condition |= Q(**{f"payload__{name}__icontains": query})
     try:
         condition |= Q(pk=uuid.UUID(query))
     except ValueError:
