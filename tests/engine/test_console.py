@@ -50,11 +50,11 @@ def test_the_queue_shows_no_amount_for_an_action_without_money(board, agent, rev
     assert not MONEY.search(text_of(row)), text_of(row)
 
 
-def test_the_queue_finds_a_rename_by_board_and_by_owner(board, agent, reviewer):
+def test_the_queue_finds_a_rename_by_board_owner_and_title(board, agent, reviewer):
     preview = awaiting_staff(agent)
     console = logged_in(reviewer)
 
-    for query in ("b-1", "olive", str(preview.pk)):
+    for query in ("b-1", "olive", "official ROAD", str(preview.pk)):
         page = html(console.get("/console/", {"q": query}))
         assert f'data-preview="{preview.pk}"' in page, query
     assert 'class="queue-row' not in html(console.get("/console/", {"q": "nobody-here"}))

@@ -73,6 +73,10 @@ class RenameBoardAction(Action):
     arguments_serializer = RenameBoardArguments
     review_permission = REVIEW_PERMISSION
     staff_roles = (StaffRole(BOARD_REVIEWERS, (REVIEW_PERMISSION, EXPORT_AUDIT_PERMISSION)),)
+    # No money: the agent API's schema documents no amount in this action's previews.
+    proposes_amount = False
+    # The console's search also finds a rename by the new title.
+    searchable_payload_fields = ("title",)
     # A board can be renamed back: the tool's effect is not destructive.
     destructive_hint = False
     # Nothing outside the database: asking "was it made?" always has an answer (no, until recorded).
