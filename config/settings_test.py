@@ -29,3 +29,6 @@ AGENT_PREVIEW_WAIT_MAX_SECONDS = 1
 AGENT_PREVIEW_WAIT_POLL_SECONDS = 0.1
 AGENT_WEBHOOK_ALLOW_PRIVATE = True  # the tests' receivers listen on 127.0.0.1
 AGENT_WEBHOOK_BACKOFF_SECONDS = 0.2
+
+# A test-only action with no money (tests/toy_action/), on which the engine's own tests run (tests/engine/).
+INSTALLED_APPS = [*INSTALLED_APPS, "tests.toy_action"]  # noqa: F405
