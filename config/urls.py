@@ -1,6 +1,7 @@
 from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
@@ -10,7 +11,7 @@ from approvals.login import ThrottledLoginView
 from approvals.mcp_server import mcp_endpoint
 
 
-def home(request):  # type: ignore[no-untyped-def]
+def home(request: HttpRequest) -> HttpResponse:
     if console_access(user=request.user):
         return redirect("console:queue")
     return redirect("refunds:orders")
