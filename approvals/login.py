@@ -76,7 +76,7 @@ def _uncount(key: str) -> None:
 class ThrottledModelBackend(ModelBackend):
     """Django's model backend, behind per-username and per-address attempt counters."""
 
-    def authenticate(  # type: ignore[override]
+    def authenticate(
         self, request: HttpRequest | None, username: str | None = None, password: str | None = None, **kwargs: Any
     ) -> Any:
         if username is None:

@@ -61,7 +61,7 @@ def webhook_secret_new() -> str:
 
 def _is_private(host: str) -> bool:
     try:
-        addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
+        addresses = {str(info[4][0]) for info in socket.getaddrinfo(host, None)}
     except socket.gaierror:
         return False  # unresolvable now: checked again when delivering
     return any(_private_address(address) for address in addresses)
@@ -117,7 +117,7 @@ def preview_transition_webhook(preview_id: str, previous_status: str, status: st
     """Record the message for the proposing session's webhook, if it has one, and hand it to a worker."""
     preview = Preview.objects.select_related("agent_session").filter(pk=preview_id).first()
     session = preview.agent_session if preview is not None else None
-    if session is None or not session.webhook_url:
+    if preview is None or session is None or not session.webhook_url:
         return
     delivery = WebhookDelivery.objects.create(
         agent_session=session,

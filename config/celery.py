@@ -78,7 +78,7 @@ def bind_log_context(
         if preview_id and context.get("preview_id") != str(preview_id):
             # Another preview's context (a sweeper dispatching many): keep only the request id.
             context = {"request_id": context.get("request_id", ""), "preview_id": str(preview_id)}
-    request._log_context_token = logs.replace(context)
+    request._log_context_token = logs.replace(context)  # type: ignore[attr-defined]  # read by unbind_log_context
 
 
 @task_postrun.connect
