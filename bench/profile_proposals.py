@@ -59,6 +59,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--cprofile", action="store_true")
     parser.add_argument("--path", default="/api/agent/tool-calls")
+    parser.add_argument("--orm-rows", action="store_true", help="the plain ORM instead of approvals.rows")
     args = parser.parse_args()
 
     from .run import Database
@@ -81,6 +82,10 @@ def main() -> int:
     try:
         import django
 
+        if args.orm_rows:
+            from .orm_rows import install
+
+            install()
         django.setup()
         from django.core.handlers.wsgi import WSGIHandler
         from django.core.management import call_command
@@ -125,12 +130,11 @@ def main() -> int:
             for query in queries.captured_queries:
                 print(f"  {query['sql'][:150]}")
 
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_backend_pid()")
-            backend = Path(f"/proc/{cursor.fetchone()[0]}/stat")
-
         def postgres_cpu() -> float:
             """CPU seconds of this connection's PostgreSQL backend (same machine): user + system."""
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_backend_pid()")
+                backend = Path(f"/proc/{cursor.fetchone()[0]}/stat")
             fields = backend.read_text().rsplit(")", 1)[1].split()
             return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 

@@ -198,6 +198,27 @@ class Processes:
                 process.wait(timeout=10)
         self.started.clear()
 
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds (user + system) used so far by each started process with its children (a
+        process group each), and by PostgreSQL's processes on this machine: read from /proc, so that
+        the report can say where an execution's CPU goes."""
+        groups = {process.pid: name for name, process in self.started}
+        spent: dict[str, float] = {name: 0.0 for name in groups.values()}
+        spent["postgres"] = 0.0
+        tick = os.sysconf("SC_CLK_TCK")
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                text = stat.read_text()
+            except OSError:
+                continue
+            command = text[text.index("(") + 1 : text.rindex(")")]
+            fields = text.rsplit(")", 1)[1].split()
+            seconds = (int(fields[11]) + int(fields[12])) / tick
+            name = groups.get(int(fields[2])) or ("postgres" if command.startswith("postgres") else None)
+            if name:
+                spent[name] += seconds
+        return spent
+
     def check_alive(self) -> None:
         for name, process in self.started:
             if process.poll() is not None:
@@ -1018,7 +1039,14 @@ def _run(
         processes.check_alive()
     if "commit" in phases:
         log(f"commit pipeline: {profile.commit_batch} confirmations executed by two workers")
+        cpu_before = processes.cpu_seconds()
         throughput = measure_commit_throughput(profile)
+        cpu_after = processes.cpu_seconds()
+        throughput["cpu_ms_per_execution"] = {
+            name: round((cpu_after[name] - cpu_before.get(name, 0.0)) * 1000 / max(1, throughput["executed"]), 2)
+            for name in cpu_after
+            if name in ("worker1", "worker2", "sealer", "postgres")
+        }
         log(f"  {throughput}")
         log(f"confirm → executed with idle workers: {profile.latency_samples} samples")
         latency = measure_confirm_latency(profile)
