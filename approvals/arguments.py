@@ -64,8 +64,8 @@ def input_json_schema(serializer_class: type[serializers.Serializer]) -> dict[st
     from drf_spectacular.plumbing import ComponentRegistry
     from rest_framework.generics import GenericAPIView
 
-    view = GenericAPIView()
-    view.request = None
+    view: GenericAPIView[Any] = GenericAPIView()
+    view.request = None  # type: ignore[assignment]  # no request: the schema depends on the serializer alone
     view.format_kwarg = None
     generator = AutoSchema()
     generator.registry = ComponentRegistry()

@@ -158,7 +158,7 @@ def spend_limits_check(
         list(get_user_model().objects.select_for_update(no_key=True).filter(pk=actor.pk).values_list("pk"))
 
     money = format_minor
-    if hourly is not None:
+    if hourly is not None and agent_session is not None:  # hourly is only set for an agent session
         use = LimitUse(
             "agent_hourly_count", "Proposals in the last hour", "", hourly, agent_hourly_count(agent_session)
         )
@@ -171,7 +171,7 @@ def spend_limits_check(
                     f"({use.limit}). Nothing was proposed; try again later or ask a person."
                 ),
             )
-    if daily is not None:
+    if daily is not None and agent_session is not None:  # so is daily
         use = LimitUse("agent_daily_limit", "Today", spent_in, daily, agent_daily_use(agent_session, spent_in))
         if use.used + spent > use.limit:
             return _refusal(

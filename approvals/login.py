@@ -76,7 +76,7 @@ def _uncount(key: str) -> None:
 class ThrottledModelBackend(ModelBackend):
     """Django's model backend, behind per-username and per-address attempt counters."""
 
-    def authenticate(  # type: ignore[override]
+    def authenticate(
         self, request: HttpRequest | None, username: str | None = None, password: str | None = None, **kwargs: Any
     ) -> Any:
         if username is None:
@@ -87,7 +87,7 @@ class ThrottledModelBackend(ModelBackend):
         counts = [_count(key) for key in keys]
         if any(count > settings.LOGIN_FAILURE_LIMIT for count in counts):
             if request is not None:
-                request.login_throttled = True  # type: ignore[attr-defined]
+                request.login_throttled = True  # type: ignore[attr-defined]  # read back by ThrottledLoginView
             # Stops authenticate() at once: no other backend is tried, and user_login_failed is sent.
             raise PermissionDenied("Too many login attempts.")
         user = super().authenticate(request, username=username, password=password, **kwargs)

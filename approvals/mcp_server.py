@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import MutableMapping
 from typing import Any
 
 import anyio
@@ -295,7 +296,7 @@ async def _serve(scope: dict[str, Any], body: bytes) -> tuple[int, list[tuple[by
         await done.wait()
         return {"type": "http.disconnect"}
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         if message["type"] == "http.response.start":
             started.update(message)
         elif message["type"] == "http.response.body":
@@ -390,7 +391,7 @@ def mcp_endpoint(request: HttpRequest) -> HttpResponse:
     wait = _throttle_wait(session)
     if wait is not None:
         seconds = max(int(wait + 0.999), 1)
-        response = JsonResponse(
+        response: HttpResponse = JsonResponse(
             error_body("throttled", f"Too many calls; try again in {seconds} seconds.", retry_after_seconds=seconds),
             status=429,
         )

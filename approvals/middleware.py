@@ -29,7 +29,7 @@ class OperationsMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         started = perf_counter()
         request_id = logs.request_id_from(request.META.get("HTTP_X_REQUEST_ID"))
-        request.request_id = request_id
+        request.request_id = request_id  # type: ignore[attr-defined]  # for code that holds the request
         token = logs.bind(request_id=request_id)
         try:
             endpoint = ENDPOINTS.get(request.path_info)

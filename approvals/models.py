@@ -1,9 +1,14 @@
 import uuid
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
+
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
+    from django.db.models.sql.compiler import SQLCompiler
 
 
 class AgentSession(models.Model):
@@ -272,10 +277,14 @@ class CurrentTransactionId(models.Func):
 
     output_field = models.BigIntegerField()
 
-    def as_sql(self, compiler, connection, **extra_context):  # type: ignore[no-untyped-def]
+    def as_sql(
+        self, compiler: "SQLCompiler", connection: "BaseDatabaseWrapper", *args: Any, **extra_context: Any
+    ) -> tuple[str, list[Any]]:
         return "0", []
 
-    def as_postgresql(self, compiler, connection, **extra_context):  # type: ignore[no-untyped-def]
+    def as_postgresql(
+        self, compiler: "SQLCompiler", connection: "BaseDatabaseWrapper", *args: Any, **extra_context: Any
+    ) -> tuple[str, list[Any]]:
         return "(pg_current_xact_id()::text::bigint)", []
 
 

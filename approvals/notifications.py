@@ -62,7 +62,10 @@ logger = logging.getLogger(__name__)
 
 BATCH_SIZE = 1000
 TEXT_LINES = 20  # previews listed one by one in the Slack-compatible text; the rest are counted
-WEBHOOK_TYPES = {ReviewNoticeKind.REVIEW_NEEDED: "review.needed", ReviewNoticeKind.OVERDUE: "review.overdue"}
+WEBHOOK_TYPES: dict[str, str] = {
+    ReviewNoticeKind.REVIEW_NEEDED: "review.needed",
+    ReviewNoticeKind.OVERDUE: "review.overdue",
+}
 
 
 def absolute(path: str) -> str:
@@ -294,7 +297,7 @@ def notices_send() -> SendReport:
             .order_by("pk")[:BATCH_SIZE]
         )
         by_kind: dict[str, list[ReviewNotice]] = defaultdict(list)
-        stale = []
+        stale: list[ReviewNotice] = []
         for notice in pending:
             (by_kind[notice.kind] if _still_relevant(notice) else stale).append(notice)
         outcomes = [_send_kind(kind, notices, report) for kind, notices in by_kind.items()]

@@ -47,7 +47,7 @@ from a form, `is_known_currency`, `amount_of(preview)` (the amount and currency 
 one, typed as present). `digest_of(value)` is the SHA-256 of a value's canonical JSON (what a
 preview's digest is made of). Strict argument fields for `Action.arguments_serializer`:
 `StrictSerializer`, `StrictIntegerField`, `StrictCharField`, `StrictChoiceField`, `SubjectIdField`,
-`MAX_SAFE_MINOR`. Admin: `ReadOnlyModelAdmin`, `ReadOnlyInline` (an action's records are never edited
+`MAX_SAFE_MINOR`. Views: `AuthenticatedHttpRequest` (a request behind `login_required`). Admin: `ReadOnlyModelAdmin`, `ReadOnlyInline` (an action's records are never edited
 in the admin). Fast rows for hot paths (an execution's recording, a webhook): `fetch_one(model, ...)`
 reads one row with a prepared statement, `insert_rows(instances)` inserts with one statement,
 `column_sql(model, name)` is a quoted column for raw SQL; use the ORM everywhere else.
@@ -97,6 +97,7 @@ from .selectors import amount_in_flight, amount_in_flight_subquery
 from .services import audit_record, proposal_submit
 from .shop_import import ShopDataInvalid
 from .transitions import preview_effect_changed
+from .types import AuthenticatedHttpRequest
 
 
 def amount_of(preview: Preview) -> tuple[int, str]:
@@ -124,6 +125,7 @@ __all__ = [
     "MAX_SAFE_MINOR",
     "OPEN_STATUSES",
     "Action",
+    "AuthenticatedHttpRequest",
     "ApplicationError",
     "ApprovalRole",
     "AuditEvent",

@@ -203,7 +203,7 @@ class Action(ABC):
         ...
 
     def subject_version(self, subject: Model) -> int:
-        return subject.version  # type: ignore[attr-defined]
+        return subject.version  # type: ignore[attr-defined]  # every subject model has a version field
 
     @abstractmethod
     def revalidate(self, *, preview: Preview, subject: Model) -> None:

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from functools import cache
 from typing import Any, TypeVar
 
+from django.core.exceptions import FieldDoesNotExist
 from django.db import connection
 from django.db.models import AutoField, BigAutoField, Field, Model, SmallAutoField
 from django.db.models.constants import OnConflict
@@ -26,6 +27,14 @@ _AUTO_FIELDS = (AutoField, BigAutoField, SmallAutoField)
 
 def _quoted(name: str) -> str:
     return connection.ops.quote_name(name)
+
+
+def _column_field(model: type[Model], name: str) -> Field:
+    """The model's field of that name that has a column (not a reverse relation or a generic key)."""
+    field = model._meta.get_field(name)
+    if not isinstance(field, Field):
+        raise FieldDoesNotExist(f"{model._meta.label}.{name} has no column of its own")
+    return field
 
 
 @contextmanager
@@ -121,7 +130,7 @@ def insert_rows(instances: Sequence[Model], *, skip_conflicts: bool = False) -> 
 @cache
 def _update_statement(model: type[Model], names: tuple[str, ...]) -> tuple[str, tuple[Field, ...]]:
     meta = model._meta
-    fields = tuple(meta.get_field(name) for name in names)
+    fields = tuple(_column_field(model, name) for name in names)
     assignments = ", ".join(f"{_quoted(f.column)} = %s" for f in fields)
     return f"UPDATE {_quoted(meta.db_table)} SET {assignments} WHERE {_quoted(meta.pk.column)} = %s", fields
 
@@ -137,7 +146,7 @@ def update_fields(instance: Model, names: Sequence[str]) -> None:
 
 def column_sql(model: type[Model], name: str) -> str:
     """A model field's column, qualified by its table, to refer to from a subquery."""
-    return f"{_quoted(model._meta.db_table)}.{_quoted(model._meta.get_field(name).column)}"
+    return f"{_quoted(model._meta.db_table)}.{_quoted(_column_field(model, name).column)}"
 
 
 @cache
@@ -152,12 +161,17 @@ def _select_statement(
         column = field.get_col(table)
         field_converters = connection.ops.get_db_converters(column) + column.get_db_converters(connection)
         converters.append([(convert, column) for convert in field_converters])
-    where = " AND ".join(f"{_quoted(meta.get_field(name).column)} = %s" for name in names)
+    where = " AND ".join(f"{_quoted(_column_field(model, name).column)} = %s" for name in names)
     selected = [f"{_quoted(table)}.{_quoted(f.column)}" for f in columns] + [f"({sql})" for sql in extra_columns]
     sql = f"SELECT {', '.join(selected)} FROM {_quoted(table)} WHERE {where}"
     if lock:
         sql += " FOR UPDATE"
-    return sql, tuple(f.attname for f in columns), tuple(meta.get_field(name) for name in names), tuple(converters)
+    return (
+        sql,
+        tuple(f.attname for f in columns),
+        tuple(_column_field(model, name) for name in names),
+        tuple(converters),
+    )
 
 
 def fetch_one(

@@ -8,7 +8,7 @@ from typing import Any
 from django import forms
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.timesince import timeuntil
@@ -25,6 +25,7 @@ from .presentation import (
 )
 from .registry import registry
 from .services import preview_approve, preview_decline, preview_refresh
+from .types import AuthenticatedHttpRequest
 
 # While a request is being carried out (or waits for staff) its page asks for the status: every 3
 # seconds at first, then less and less often (static/js/status.js); without JavaScript, every 30.
@@ -88,18 +89,18 @@ def _page_context(preview: Preview, **extra: Any) -> dict[str, Any]:
     }
 
 
-def _own_preview(request: HttpRequest, preview_id: Any) -> Preview:
+def _own_preview(request: AuthenticatedHttpRequest, preview_id: Any) -> Preview:
     return get_object_or_404(Preview, pk=preview_id, actor=request.user)
 
 
 @login_required
-def preview_page(request: HttpRequest, preview_id: Any) -> HttpResponse:
+def preview_page(request: AuthenticatedHttpRequest, preview_id: Any) -> HttpResponse:
     preview = preview_refresh(preview=_own_preview(request, preview_id))
     return render(request, "approvals/preview.html", _page_context(preview))
 
 
 def _decide(
-    request: HttpRequest, preview_id: Any, decide: Any, form_class: type[forms.Form] = DecisionForm
+    request: AuthenticatedHttpRequest, preview_id: Any, decide: Any, form_class: type[forms.Form] = DecisionForm
 ) -> HttpResponse:
     form = form_class(request.POST)
     if not form.is_valid():
@@ -119,7 +120,7 @@ def _decide(
 
 @login_required
 @require_POST
-def preview_confirm(request: HttpRequest, preview_id: Any) -> HttpResponse:
+def preview_confirm(request: AuthenticatedHttpRequest, preview_id: Any) -> HttpResponse:
     return _decide(
         request,
         preview_id,
@@ -131,7 +132,7 @@ def preview_confirm(request: HttpRequest, preview_id: Any) -> HttpResponse:
 
 @login_required
 @require_POST
-def preview_decline_view(request: HttpRequest, preview_id: Any) -> HttpResponse:
+def preview_decline_view(request: AuthenticatedHttpRequest, preview_id: Any) -> HttpResponse:
     return _decide(
         request,
         preview_id,
@@ -148,7 +149,7 @@ def preview_decline_view(request: HttpRequest, preview_id: Any) -> HttpResponse:
 
 @login_required
 @require_GET
-def preview_status(request: HttpRequest, preview_id: Any) -> JsonResponse:
+def preview_status(request: AuthenticatedHttpRequest, preview_id: Any) -> JsonResponse:
     """The request's state for the waiting page's script: `waiting` false once nothing more will change
     by itself (the page then reloads once to show the outcome)."""
     preview = preview_refresh(preview=_own_preview(request, preview_id))
@@ -168,7 +169,7 @@ def preview_status(request: HttpRequest, preview_id: Any) -> JsonResponse:
 
 @login_required
 @require_GET
-def my_requests(request: HttpRequest) -> HttpResponse:
+def my_requests(request: AuthenticatedHttpRequest) -> HttpResponse:
     """Every request made for this person (refunds, invoice sends, any action), newest first."""
     previews = Preview.objects.filter(actor=request.user).order_by("-created_at", "pk")
     page = Paginator(previews, 25).get_page(request.GET.get("page"))

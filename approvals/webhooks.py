@@ -63,7 +63,7 @@ def webhook_secret_new() -> str:
 
 def _is_private(host: str) -> bool:
     try:
-        addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
+        addresses = {str(info[4][0]) for info in socket.getaddrinfo(host, None)}
     except socket.gaierror:
         return False  # unresolvable now: checked again when delivering
     return any(_private_address(address) for address in addresses)
@@ -143,6 +143,7 @@ def preview_transition_webhook(preview_id: str, previous_status: str, status: st
         return
     preview = Preview.objects.select_related("agent_session").get(pk=preview_id)
     session = preview.agent_session
+    assert session is not None  # the statement above found this session's webhook URL
     delivery = WebhookDelivery.objects.create(
         agent_session=session,
         preview=preview,

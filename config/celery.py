@@ -1,8 +1,9 @@
 import logging
 import logging.config
 import os
+from typing import Any
 
-from celery import Celery
+from celery import Celery, Task
 from celery.signals import (
     before_task_publish,
     setup_logging,
@@ -26,7 +27,7 @@ PREVIEW_TASKS = frozenset({"approvals.execute_preview"})
 
 @task_prerun.connect
 @task_postrun.connect
-def close_old_connections(task=None, **kwargs) -> None:  # type: ignore[no-untyped-def]
+def close_old_connections(task: Task | None = None, **kwargs: Any) -> None:
     """Around each task, as Django does around each request: drop a database connection that is past
     CONN_MAX_AGE or broken, keep a healthy one (settings.CELERY_DB_REUSE_MAX stops Celery's own
     close-after-every-task). Eager tasks run inside the caller's transaction: leave it alone."""
@@ -38,7 +39,7 @@ def close_old_connections(task=None, **kwargs) -> None:  # type: ignore[no-untyp
 
 
 @setup_logging.connect
-def configure_logging(loglevel=None, **kwargs) -> None:  # type: ignore[no-untyped-def]
+def configure_logging(loglevel: str | int | None = None, **kwargs: Any) -> None:
     """The worker and beat log as the web does (settings.LOGGING: LOG_FORMAT, the context, the
     scrubbing) instead of Celery's own format; `--loglevel` still sets the level."""
     from django.conf import settings
@@ -49,7 +50,7 @@ def configure_logging(loglevel=None, **kwargs) -> None:  # type: ignore[no-untyp
 
 
 @before_task_publish.connect
-def send_log_context(headers=None, **kwargs) -> None:  # type: ignore[no-untyped-def]
+def send_log_context(headers: dict[str, Any] | None = None, **kwargs: Any) -> None:
     from approvals import logs
 
     context = logs.current()
@@ -58,7 +59,9 @@ def send_log_context(headers=None, **kwargs) -> None:  # type: ignore[no-untyped
 
 
 @task_prerun.connect
-def bind_log_context(task=None, args=None, kwargs=None, **extra) -> None:  # type: ignore[no-untyped-def]
+def bind_log_context(
+    task: Task, args: tuple[Any, ...] | None = None, kwargs: dict[str, Any] | None = None, **extra: Any
+) -> None:
     """The publisher's context (its request id), else the task's id as the request id; and the
     preview of a preview task. An eager task runs in its caller's context and adds to it."""
     from approvals import logs
@@ -75,11 +78,11 @@ def bind_log_context(task=None, args=None, kwargs=None, **extra) -> None:  # typ
         if preview_id and context.get("preview_id") != str(preview_id):
             # Another preview's context (a sweeper dispatching many): keep only the request id.
             context = {"request_id": context.get("request_id", ""), "preview_id": str(preview_id)}
-    request._log_context_token = logs.replace(context)
+    request._log_context_token = logs.replace(context)  # type: ignore[attr-defined]  # read by unbind_log_context
 
 
 @task_postrun.connect
-def unbind_log_context(task=None, **extra) -> None:  # type: ignore[no-untyped-def]
+def unbind_log_context(task: Task, **extra: Any) -> None:
     from approvals import logs
 
     token = getattr(task.request, "_log_context_token", None)
@@ -88,7 +91,7 @@ def unbind_log_context(task=None, **extra) -> None:  # type: ignore[no-untyped-d
 
 
 @worker_init.connect
-def start_metrics_exporter(**kwargs) -> None:  # type: ignore[no-untyped-def]
+def start_metrics_exporter(**kwargs: Any) -> None:
     """With CELERY_METRICS_PORT (and METRICS_TOKEN) set, the worker's main process serves /metrics:
     the counters of all its pool processes, added up from PROMETHEUS_MULTIPROC_DIR."""
     from django.conf import settings
@@ -104,7 +107,7 @@ def start_metrics_exporter(**kwargs) -> None:  # type: ignore[no-untyped-def]
 
 
 @worker_process_shutdown.connect
-def mark_metrics_process_dead(pid=None, **kwargs) -> None:  # type: ignore[no-untyped-def]
+def mark_metrics_process_dead(pid: int | None = None, **kwargs: Any) -> None:
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         from prometheus_client import multiprocess
 

@@ -7,6 +7,7 @@ Run it behind a proxy or load balancer that terminates TLS (and then set HTTPS=t
 import gc
 import multiprocessing
 import os
+from typing import Any  # gunicorn ships no types: its server and worker objects are Any here
 
 
 def _int(name: str, default: int) -> int:
@@ -39,14 +40,14 @@ backlog = _int("GUNICORN_BACKLOG", 2048)
 preload_app = True
 
 
-def when_ready(server):  # type: ignore[no-untyped-def]
+def when_ready(server: Any) -> None:
     """Before the workers are forked: the loaded application's objects (about 100,000) live as long as
     the workers, so keep them out of the garbage collector's full passes, which otherwise scan them all
     (about 22 ms, landing on whichever request triggers it) and touch every shared page."""
     gc.freeze()
 
 
-def child_exit(server, worker):  # type: ignore[no-untyped-def]
+def child_exit(server: Any, worker: Any) -> None:
     """Prometheus multiprocess mode (PROMETHEUS_MULTIPROC_DIR, docs/operations.md): a worker that exited
     keeps its counters in the directory, but its live gauges must stop counting."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):

@@ -7,14 +7,18 @@ body) and pass through the logs' scrubbing (approvals.logs.scrub_value) before t
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
 import sentry_sdk
 from sentry_sdk.integrations.celery import CeleryIntegration
 from sentry_sdk.integrations.django import DjangoIntegration
 
+# An event, a transaction or a breadcrumb: sentry-sdk's hooks each get and return their own kind.
+Payload = TypeVar("Payload", bound=Mapping[str, Any])
 
-def scrub_event(event: dict[str, Any], hint: dict[str, Any] | None = None) -> dict[str, Any]:
+
+def scrub_event(event: Payload, hint: dict[str, Any] | None = None) -> Payload:
     """before_send and before_breadcrumb: tokens, passwords, card and bank numbers masked throughout."""
     from approvals.logs import scrub_value
 

@@ -12,7 +12,7 @@ from .settings import env  # noqa: E402
 # A throwaway key for signing the audit's tree heads (never used anywhere else).
 AUDIT_SIGNING_KEY = "dGVzdC1vbmx5LWF1ZGl0LWtleS1ub3QtZm9yLXVzZSE="
 AUDIT_CHECKPOINT_FILE = ""
-AUDIT_CHECKPOINT_WEBHOOKS: list[str] = []
+AUDIT_CHECKPOINT_WEBHOOKS = []
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 CELERY_TASK_ALWAYS_EAGER = True
 CELERY_BROKER_URL = env.str("REDIS_URL", default="memory://")

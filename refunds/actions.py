@@ -108,7 +108,7 @@ class RefundOrderAction(Action):
             order=order,
             amount_minor=arguments["amount_minor"],
             reason=arguments["reason"],
-            in_flight_minor=int(order.in_flight_minor),
+            in_flight_minor=int(order.in_flight_minor),  # type: ignore[attr-defined]  # fetch_one's extra column
         )
         required = [ApprovalRole.CUSTOMER.value]
         if staff_review_required(arguments["amount_minor"], order.currency):

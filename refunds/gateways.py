@@ -97,9 +97,10 @@ class LocalGateway:
             status=settings.LOCAL_GATEWAY_REFUND_STATUS,
         )
         if not insert_rows([existing], skip_conflicts=True):
-            existing = fetch_one(LocalGatewayRefund, idempotency_key=idempotency_key)
-            if existing is None:  # the skipped row clashed on its random refund id instead
+            stored = fetch_one(LocalGatewayRefund, idempotency_key=idempotency_key)
+            if stored is None:  # the skipped row clashed on its random refund id instead
                 raise TransientExecutionError(f"The local gateway could not store the refund {idempotency_key}.")
+            existing = stored
         return _checked_local(existing, payment_ref=payment_ref, amount_minor=amount_minor, currency=currency)
 
     def find_refund(

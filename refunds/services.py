@@ -159,7 +159,7 @@ def refund_propose_again(*, refund_pk: int, staff: Any) -> Any:
     with transaction.atomic():
         outcome = proposal_submit(
             agent_session=None,
-            action=registry.action("refund_order"),
+            action=registry.actions["refund_order"],
             arguments=arguments,
             raw_arguments=json.dumps(arguments, sort_keys=True),
             actor=refund.order.customer,

@@ -20,7 +20,7 @@ Errors are sorted by what they say about the money:
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import stripe
 from django.conf import settings
@@ -28,6 +28,9 @@ from django.conf import settings
 from approvals.plugin import TransientExecutionError
 
 from .gateways import GatewayDeclined, GatewayRefund, GatewayRefundMismatch, GatewayUnavailable, ProviderRefund
+
+if TYPE_CHECKING:
+    from stripe.params import RefundCreateParams
 
 DEFAULT_TIMEOUT_SECONDS = 10.0
 IDEMPOTENCY_KEY_PREFIX = "refund:"
@@ -52,7 +55,7 @@ class StripeGateway:
         )
 
     def refund(self, *, payment_ref: str, amount_minor: int, currency: str, idempotency_key: str) -> GatewayRefund:
-        params: dict[str, Any] = {
+        params: RefundCreateParams = {
             "payment_intent": payment_ref,
             "amount": amount_minor,
             "metadata": _metadata(idempotency_key),
@@ -185,7 +188,9 @@ def status_reason(data: dict[str, Any]) -> str:
 
 def _error_fields(error: stripe.StripeError) -> dict[str, Any]:
     body = error.json_body if isinstance(error.json_body, dict) else {}
-    fields = body.get("error") if isinstance(body.get("error"), dict) else {}
+    fields = body.get("error")
+    if not isinstance(fields, dict):
+        fields = {}
     return {
         "type": fields.get("type") or "",
         "code": fields.get("code") or error.code or "",

@@ -1,10 +1,12 @@
 """Celery tasks of the refunds app: they take ids and call a service."""
 
+from typing import Any
+
 from celery import shared_task
 
 
 @shared_task(name="refunds.reconcile")
-def reconcile(**kwargs) -> int:  # type: ignore[no-untyped-def]
+def reconcile(**kwargs: Any) -> int:
     """The beat's reconciliation with the provider (settings.RECONCILE_INTERVAL_SECONDS); returns the
     number of drifts nobody acknowledged yet. It reports, never repairs."""
     from .reconciliation import reconcile_run
@@ -13,7 +15,7 @@ def reconcile(**kwargs) -> int:  # type: ignore[no-untyped-def]
 
 
 @shared_task(name="refunds.notify_refund_status")
-def refund_status_notify(refund_pk: int, **kwargs) -> bool:  # type: ignore[no-untyped-def]
+def refund_status_notify(refund_pk: int, **kwargs: Any) -> bool:
     """Email the customer that their refund failed at the bank or was cancelled."""
     from .notifications import refund_status_email
 

@@ -1,14 +1,14 @@
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import render
 
-from approvals.plugin import OPEN_STATUSES, Preview
+from approvals.plugin import OPEN_STATUSES, AuthenticatedHttpRequest, Preview
 
 from .selectors import customer_orders
 
 
 @login_required
-def order_list(request: HttpRequest) -> HttpResponse:
+def order_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     orders = list(customer_orders(customer=request.user))
     pending = Preview.objects.filter(actor=request.user, subject_type="order", status__in=OPEN_STATUSES).order_by(
         "created_at"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.core.validators import RegexValidator
@@ -49,7 +49,8 @@ class QueueFilterForm(forms.Form):
 
     def __init__(self, *args: Any, actions: list[str], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["action"].choices = [("", "Any action")] + [(name, name.replace("_", " ")) for name in actions]
+        action = cast(forms.ChoiceField, self.fields["action"])
+        action.choices = [("", "Any action")] + [(name, name.replace("_", " ")) for name in actions]
 
     def filters(self) -> QueueFilters:
         """The filters to apply. Django leaves invalid fields out of cleaned_data: they fall back to
@@ -97,7 +98,8 @@ class AuditExportForm(forms.Form):
     )
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         start, end = data.get("start"), data.get("end")
         if start and end and end <= start:
             raise forms.ValidationError("The end must be after the start.")
@@ -121,7 +123,8 @@ class BulkDecisionForm(forms.Form):
         self.items: list[BulkItem] = []
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         raw = self.data.getlist("item") if hasattr(self.data, "getlist") else []
         if not raw:
             raise forms.ValidationError("Tick at least one preview.")

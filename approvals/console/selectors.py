@@ -10,9 +10,9 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser
 from django.core.paginator import Page, Paginator
 from django.db.models import Case, Count, Q, QuerySet, When
 from django.utils import timezone
@@ -33,6 +33,9 @@ from ..notifications import escalation_due_before, reviewers
 from ..presentation import preview_execution, preview_state_words
 from ..quorum import counting_staff_approvers
 from ..registry import Action, CounterField, DisplayRow, FactTable, ReviewDocument, RiskFlag, RuleResult, registry
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User  # settings.AUTH_USER_MODEL, as django-stubs resolves it
 
 QUEUE_PAGE_SIZE = 50
 DEFAULT_QUEUE_STATE = PreviewStatus.AWAITING_STAFF.value
@@ -59,29 +62,29 @@ ATTEMPT_EVENTS = (
 # Permissions ---------------------------------------------------------------------------------
 
 
-def reviewable_actions(*, user: AbstractBaseUser | AnonymousUser) -> list[str]:
+def reviewable_actions(*, user: User | AnonymousUser) -> list[str]:
     """Names of the registered action kinds this person may decide in the console."""
     if not (user.is_authenticated and user.is_active and user.is_staff):
         return []
     return sorted(name for name, action in registry.actions.items() if user.has_perm(action.review_permission))
 
 
-def may_export_audit(*, user: AbstractBaseUser | AnonymousUser) -> bool:
+def may_export_audit(*, user: User | AnonymousUser) -> bool:
     return bool(
         user.is_authenticated and user.is_active and user.is_staff and user.has_perm("approvals.export_auditrecord")
     )
 
 
-def console_access(*, user: AbstractBaseUser | AnonymousUser) -> bool:
+def console_access(*, user: User | AnonymousUser) -> bool:
     """Whether this person works the review queue (where `/` sends them after logging in)."""
     return bool(reviewable_actions(user=user))
 
 
-def reviewable_previews(*, user: AbstractBaseUser) -> QuerySet[Preview]:
+def reviewable_previews(*, user: User) -> QuerySet[Preview]:
     return Preview.objects.filter(action__in=reviewable_actions(user=user))
 
 
-def reviewable_preview(*, user: AbstractBaseUser, preview_id: Any) -> Preview:
+def reviewable_preview(*, user: User, preview_id: Any) -> Preview:
     """The preview, if this reviewer may see it; raises Preview.DoesNotExist otherwise."""
     return reviewable_previews(user=user).select_related("actor", "agent_session").get(pk=preview_id)
 
@@ -146,7 +149,7 @@ def _search(queryset: QuerySet[Preview], query: str) -> QuerySet[Preview]:
     return queryset.filter(condition)
 
 
-def review_queue(*, user: AbstractBaseUser, filters: QueueFilters, page_number: Any = 1) -> Queue:
+def review_queue(*, user: User, filters: QueueFilters, page_number: Any = 1) -> Queue:
     """Previews of the kinds this reviewer decides, oldest first, with counts per state.
 
     A constant number of queries whatever the page size: rows come with their actor, and
@@ -212,7 +215,7 @@ def queue_rows(previews: list[Preview], *, due: datetime | None = None) -> list[
     ]
 
 
-def next_to_review(*, user: AbstractBaseUser, after: Preview) -> Preview | None:
+def next_to_review(*, user: User, after: Preview) -> Preview | None:
     """Approve-and-next: the oldest preview after this one (else the oldest) that this reviewer can
     decide now: waiting for staff, not theirs, not approved by them, not claimed by someone else."""
     candidates = (
@@ -332,7 +335,9 @@ class Attempt:
 
 def _attempt(record: AuditRecord) -> Attempt:
     result = record.result or {}
-    error = result.get("error") if isinstance(result.get("error"), dict) else {}
+    error = result.get("error")
+    if not isinstance(error, dict):
+        error = {}
     if record.event == AuditEvent.EXECUTION_ATTEMPT_FAILED:
         then = "the worker retries" if result.get("will_retry") else "the worker gave up"
         detail = f"attempt {result.get('attempt')}: {result.get('error')} ({then})"
@@ -368,7 +373,7 @@ class FailureRow:
     attempts: list[Attempt]
 
 
-def failed_executions(*, user: AbstractBaseUser, page_number: Any = 1) -> tuple[Page, list[FailureRow]]:
+def failed_executions(*, user: User, page_number: Any = 1) -> tuple[Page, list[FailureRow]]:
     """Executions that need attention (first) and failed ones, most recent first, each with its
     attempts from the audit log."""
     failed = (
@@ -409,7 +414,7 @@ def preview_timeline(*, preview: Preview) -> QuerySet[AuditRecord]:
     return preview.audit_records.select_related("actor", "agent_session").order_by("id")
 
 
-def subject_timeline(*, user: AbstractBaseUser, subject_type: str, subject_id: str) -> QuerySet[AuditRecord]:
+def subject_timeline(*, user: User, subject_type: str, subject_id: str) -> QuerySet[AuditRecord]:
     """Every audit record about one order or invoice, including refused proposals that named it
     (those have no subject type: the subject was never verified), for the kinds this reviewer decides."""
     return (

@@ -11,6 +11,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -26,6 +27,7 @@ from ..presentation import preview_execution, preview_state_key
 from ..registry import registry
 from ..review_work import preview_claim, preview_release, previews_decide_many
 from ..services import agent_sessions_revoke, preview_approve, preview_decline, preview_refresh
+from ..types import AuthenticatedHttpRequest
 from ..webhooks import webhook_deliveries_recent
 from . import selectors
 from .exports import audit_csv, audit_jsonl
@@ -39,7 +41,7 @@ from .forms import (
     RejectForm,
 )
 
-View = Callable[..., HttpResponse]
+View = Callable[..., HttpResponseBase]
 
 
 def _forbidden(request: HttpRequest) -> HttpResponse:
@@ -51,7 +53,7 @@ def _guard(allowed: Callable[[Any], bool]) -> Callable[[View], View]:
 
     def decorator(view: View) -> View:
         @wraps(view)
-        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
             if not request.user.is_authenticated:
                 return redirect_to_login(request.get_full_path())
             if not allowed(request.user):
@@ -67,7 +69,7 @@ reviewer_required = _guard(lambda user: selectors.console_access(user=user))
 auditor_required = _guard(lambda user: selectors.may_export_audit(user=user))
 
 
-def _preview_or_404(request: HttpRequest, preview_id: Any) -> Preview:
+def _preview_or_404(request: AuthenticatedHttpRequest, preview_id: Any) -> Preview:
     try:
         return selectors.reviewable_preview(user=request.user, preview_id=preview_id)
     except Preview.DoesNotExist as missing:
@@ -79,7 +81,7 @@ def _preview_or_404(request: HttpRequest, preview_id: Any) -> Preview:
 
 @reviewer_required
 @require_GET
-def queue(request: HttpRequest) -> HttpResponse:
+def queue(request: AuthenticatedHttpRequest) -> HttpResponse:
     data = request.GET.copy()
     data.setdefault("state", selectors.DEFAULT_QUEUE_STATE)
     form = QueueFilterForm(data, actions=selectors.reviewable_actions(user=request.user))
@@ -89,7 +91,7 @@ def queue(request: HttpRequest) -> HttpResponse:
 
 @reviewer_required
 @require_GET
-def failures(request: HttpRequest) -> HttpResponse:
+def failures(request: AuthenticatedHttpRequest) -> HttpResponse:
     page, rows = selectors.failed_executions(user=request.user, page_number=request.GET.get("page"))
     return render(request, "console/failures.html", {"page": page, "rows": rows, "nav": "failures"})
 
@@ -97,7 +99,7 @@ def failures(request: HttpRequest) -> HttpResponse:
 # One preview ---------------------------------------------------------------------------------
 
 
-def _detail(request: HttpRequest, preview: Preview, *, status: int = 200, **extra: Any) -> HttpResponse:
+def _detail(request: AuthenticatedHttpRequest, preview: Preview, *, status: int = 200, **extra: Any) -> HttpResponse:
     review = selectors.preview_review(preview=preview)
     can_decide = preview.status == PreviewStatus.AWAITING_STAFF
     context = {
@@ -126,8 +128,10 @@ def _detail(request: HttpRequest, preview: Preview, *, status: int = 200, **extr
 @require_GET
 @xframe_options_sameorigin
 @csp_update({"style-src": ["'unsafe-inline'"], "img-src": ["data:"]})
-@csp_replace({"frame-ancestors": ["'self'"], "sandbox": [True], "default-src": ["'none'"]})
-def preview_document(request: HttpRequest, preview_id: Any, part: str) -> HttpResponse:
+@csp_replace(  # type: ignore[arg-type]  # django-csp types a view as taking the request alone
+    {"frame-ancestors": ["'self'"], "sandbox": [True], "default-src": ["'none'"]}
+)
+def preview_document(request: AuthenticatedHttpRequest, preview_id: Any, part: str) -> HttpResponse:
     """The document a reviewer approves (the email body or its attachment), for a sandboxed frame."""
     preview = _preview_or_404(request, preview_id)
     action = registry.action(preview.action)
@@ -140,13 +144,13 @@ def preview_document(request: HttpRequest, preview_id: Any, part: str) -> HttpRe
 
 @reviewer_required
 @require_GET
-def preview_detail(request: HttpRequest, preview_id: Any) -> HttpResponse:
+def preview_detail(request: AuthenticatedHttpRequest, preview_id: Any) -> HttpResponse:
     preview = preview_refresh(preview=_preview_or_404(request, preview_id))
     return _detail(request, preview)
 
 
 def _decide(
-    request: HttpRequest, preview_id: Any, form: Any, decide: Callable[[dict[str, Any]], Any], done: str
+    request: AuthenticatedHttpRequest, preview_id: Any, form: Any, decide: Callable[[dict[str, Any]], Any], done: str
 ) -> HttpResponse:
     preview = _preview_or_404(request, preview_id)
     if not form.is_valid():
@@ -170,7 +174,7 @@ def _decide(
 
 @reviewer_required
 @require_GET
-def preview_status(request: HttpRequest, preview_id: Any) -> JsonResponse:
+def preview_status(request: AuthenticatedHttpRequest, preview_id: Any) -> JsonResponse:
     """The preview's state for the page's polling script (static/js/status.js)."""
     preview = preview_refresh(preview=_preview_or_404(request, preview_id))
     execution = preview_execution(preview)
@@ -188,7 +192,7 @@ def preview_status(request: HttpRequest, preview_id: Any) -> JsonResponse:
 
 @reviewer_required
 @require_POST
-def preview_approve_view(request: HttpRequest, preview_id: Any) -> HttpResponse:
+def preview_approve_view(request: AuthenticatedHttpRequest, preview_id: Any) -> HttpResponse:
     return _decide(
         request,
         preview_id,
@@ -206,7 +210,7 @@ def preview_approve_view(request: HttpRequest, preview_id: Any) -> HttpResponse:
 
 @reviewer_required
 @require_POST
-def preview_reject_view(request: HttpRequest, preview_id: Any) -> HttpResponse:
+def preview_reject_view(request: AuthenticatedHttpRequest, preview_id: Any) -> HttpResponse:
     return _decide(
         request,
         preview_id,
@@ -224,7 +228,7 @@ def preview_reject_view(request: HttpRequest, preview_id: Any) -> HttpResponse:
 
 @reviewer_required
 @require_POST
-def preview_retry_view(request: HttpRequest, preview_id: Any) -> HttpResponse:
+def preview_retry_view(request: AuthenticatedHttpRequest, preview_id: Any) -> HttpResponse:
     preview = _preview_or_404(request, preview_id)
     try:
         nothing_happened = request.POST.get("verdict") == "nothing_happened"
@@ -244,7 +248,7 @@ def preview_retry_view(request: HttpRequest, preview_id: Any) -> HttpResponse:
 
 @reviewer_required
 @require_GET
-def preview_audit(request: HttpRequest, preview_id: Any) -> HttpResponse:
+def preview_audit(request: AuthenticatedHttpRequest, preview_id: Any) -> HttpResponse:
     preview = _preview_or_404(request, preview_id)
     return render(
         request,
@@ -259,7 +263,7 @@ def preview_audit(request: HttpRequest, preview_id: Any) -> HttpResponse:
 
 @reviewer_required
 @require_GET
-def preview_receipt_download(request: HttpRequest, preview_id: Any) -> HttpResponse:
+def preview_receipt_download(request: AuthenticatedHttpRequest, preview_id: Any) -> HttpResponse:
     """The preview's audit receipt as a file, to hand to the customer or a card network."""
     preview = _preview_or_404(request, preview_id)
     if settings.CELERY_TASK_ALWAYS_EAGER:
@@ -271,7 +275,7 @@ def preview_receipt_download(request: HttpRequest, preview_id: Any) -> HttpRespo
 
 @reviewer_required
 @require_GET
-def subject_audit(request: HttpRequest, subject_type: str) -> HttpResponse:
+def subject_audit(request: AuthenticatedHttpRequest, subject_type: str) -> HttpResponse:
     subject_id = request.GET.get("id", "")
     if not subject_id:
         raise Http404("Name the subject with ?id=.")
@@ -292,7 +296,7 @@ def subject_audit(request: HttpRequest, subject_type: str) -> HttpResponse:
 
 @auditor_required
 @require_GET
-def audit_log(request: HttpRequest) -> HttpResponse:
+def audit_log(request: AuthenticatedHttpRequest) -> HttpResponse:
     return render(
         request,
         "console/audit.html",
@@ -305,7 +309,7 @@ def audit_log(request: HttpRequest) -> HttpResponse:
 
 @auditor_required
 @require_GET
-def audit_export(request: HttpRequest) -> HttpResponse:
+def audit_export(request: AuthenticatedHttpRequest) -> HttpResponse | StreamingHttpResponse:
     form = AuditExportForm(request.GET)
     if not form.is_valid():
         return render(request, "console/audit.html", {"form": form, "nav": "audit"}, status=400)
@@ -325,7 +329,7 @@ def audit_export(request: HttpRequest) -> HttpResponse:
 
 @reviewer_required
 @require_GET
-def agent_sessions(request: HttpRequest) -> HttpResponse:
+def agent_sessions(request: AuthenticatedHttpRequest) -> HttpResponse:
     sessions = selectors.live_agent_sessions()
     return render(
         request,
@@ -340,7 +344,7 @@ def agent_sessions(request: HttpRequest) -> HttpResponse:
 
 @reviewer_required
 @require_POST
-def agent_session_revoke(request: HttpRequest, session_id: int) -> HttpResponse:
+def agent_session_revoke(request: AuthenticatedHttpRequest, session_id: int) -> HttpResponse:
     session = selectors.live_agent_sessions().filter(pk=session_id).first()
     if session is None:
         messages.info(request, "That agent session had already expired or been revoked.")
@@ -365,12 +369,12 @@ def _back(request: HttpRequest) -> str:
 
 @reviewer_required
 @require_POST
-def bulk_decide(request: HttpRequest) -> HttpResponse:
+def bulk_decide(request: AuthenticatedHttpRequest) -> HttpResponse:
     """Bulk approve or reject: a confirmation page first, then each preview decided on its own."""
     form = BulkDecisionForm(request.POST)
     if not form.is_valid():
         for error in form.non_field_errors() + form["note"].errors:
-            messages.error(request, error)
+            messages.error(request, str(error))
         return redirect(_back(request))
     allowed = selectors.reviewable_previews(user=request.user)
     decision, note = form.cleaned_data["decision"], form.cleaned_data["note"]
@@ -413,7 +417,7 @@ def bulk_decide(request: HttpRequest) -> HttpResponse:
 
 @reviewer_required
 @require_POST
-def preview_claim_view(request: HttpRequest, preview_id: Any) -> HttpResponse:
+def preview_claim_view(request: AuthenticatedHttpRequest, preview_id: Any) -> HttpResponse:
     preview = _preview_or_404(request, preview_id)
     form = ClaimForm(request.POST)
     if not form.is_valid():
@@ -442,7 +446,7 @@ def preview_claim_view(request: HttpRequest, preview_id: Any) -> HttpResponse:
 
 @reviewer_required
 @require_POST
-def preview_counter_view(request: HttpRequest, preview_id: Any) -> HttpResponse:
+def preview_counter_view(request: AuthenticatedHttpRequest, preview_id: Any) -> HttpResponse:
     preview = _preview_or_404(request, preview_id)
     action = registry.action(preview.action)
     fields = action.counter_fields(preview) if action else []

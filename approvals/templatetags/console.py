@@ -111,7 +111,9 @@ def record_sentence(record: Any) -> str:
     who = _who(record)
     agent = f" through agent session {record.agent_session.token_prefix}…" if record.agent_session_id else ""
     event = record.event
-    error = result.get("error") if isinstance(result.get("error"), dict) else {}
+    error = result.get("error")
+    if not isinstance(error, dict):
+        error = {}
     if event == AuditEvent.PROPOSED:
         waits = str(result.get("status", "")).replace("_", " ")
         if result.get("counter_proposal_of"):

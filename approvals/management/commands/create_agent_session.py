@@ -1,5 +1,7 @@
+from typing import Any
+
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
 from approvals.errors import ApplicationError
@@ -10,7 +12,7 @@ from approvals.webhooks import agent_session_webhook_set, webhook_url_check
 class Command(BaseCommand):
     help = "Mint an agent session for a person; prints the token alone on the last line."
 
-    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--user", required=True)
         parser.add_argument("--tools", required=True, help="Comma-separated, e.g. refund_order,send_invoice")
         parser.add_argument("--ttl", type=int, default=None, help="Lifetime in seconds.")
@@ -22,7 +24,9 @@ class Command(BaseCommand):
             help="Post every preview transition there (Standard Webhooks); prints the secret.",
         )
 
-    def handle(self, *args, user, tools, ttl, label, webhook=None, **options):  # type: ignore[no-untyped-def]
+    def handle(
+        self, *args: Any, user: str, tools: str, ttl: int | None, label: str, webhook: str | None = None, **options: Any
+    ) -> None:
         person = get_user_model().objects.filter(username=user).first()
         if person is None:
             raise CommandError(f"No user named {user!r}.")

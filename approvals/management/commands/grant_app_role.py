@@ -3,7 +3,9 @@
 table but the audit log's, where it may only INSERT and SELECT; it owns nothing, so it can neither
 disable the audit triggers nor TRUNCATE."""
 
-from django.core.management.base import BaseCommand, CommandError
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection, transaction
 
 from approvals.models import AuditLeaf, AuditRecord, AuditTreeHead
@@ -31,10 +33,10 @@ class Command(BaseCommand):
         "audit tables. Run as the tables' owner after every migrate (PostgreSQL)."
     )
 
-    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("role", help="The role the application connects as (it must not own the tables).")
 
-    def handle(self, *args, role, **options):  # type: ignore[no-untyped-def]
+    def handle(self, *args: Any, role: str, **options: Any) -> None:
         if connection.vendor != "postgresql":
             raise CommandError("Database roles are a PostgreSQL setup.")
         with connection.cursor() as cursor:

@@ -1,8 +1,9 @@
 import getpass
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from approvals.shop_import import ShopDataInvalid, shop_data_import
 
@@ -23,14 +24,14 @@ def operator_name(given: str | None) -> str:
 class Command(BaseCommand):
     help = "Create or update customers, staff, orders, invoices and standing approvals from a JSON file."
 
-    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("file", type=Path)
         parser.add_argument(
             "--operator",
             help="Who runs this import, recorded with every change in the audit log (required unless DEBUG).",
         )
 
-    def handle(self, *args, file: Path, operator: str | None = None, **options):  # type: ignore[no-untyped-def]
+    def handle(self, *args: Any, file: Path, operator: str | None = None, **options: Any) -> None:
         name = operator_name(operator)
         try:
             text = file.read_text(encoding="utf-8")

@@ -3,9 +3,10 @@ finds the sealer's lock taken and seals nothing)."""
 
 import signal
 import time
+from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import close_old_connections
 
 from approvals.audit_seal import audit_seal
@@ -14,7 +15,7 @@ from approvals.audit_seal import audit_seal
 class Command(BaseCommand):
     help = "Seal committed audit records into the Merkle tree and sign its head; --loop keeps doing it."
 
-    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--loop", action="store_true", help="Keep sealing until stopped (TERM or INT).")
         parser.add_argument(
             "--interval",
@@ -23,7 +24,7 @@ class Command(BaseCommand):
             help="Seconds between passes with --loop (default AUDIT_SEAL_INTERVAL_SECONDS).",
         )
 
-    def handle(self, *args, loop=False, interval=None, **options):  # type: ignore[no-untyped-def]
+    def handle(self, *args: Any, loop: bool = False, interval: float | None = None, **options: Any) -> None:
         if not settings.AUDIT_SIGNING_KEY:
             raise CommandError("Set AUDIT_SIGNING_KEY (an Ed25519 private key, base64): tree heads are signed.")
         if not loop:

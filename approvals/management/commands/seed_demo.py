@@ -1,8 +1,9 @@
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from approvals.management.commands.import_shop_data import operator_name
 from approvals.models import AgentSession
@@ -16,7 +17,7 @@ DEMO_FILE = Path(settings.BASE_DIR) / "demo" / "shop.json"
 class Command(BaseCommand):
     help = "Load the seed documents' demo shop (alice, bob, o-12, o-17, ORD-4417, INV-17) and mint a token for alice."
 
-    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--no-token", action="store_true", help="Do not mint an agent token.")
         parser.add_argument("--operator", help="Who loads the demo, for the audit log (required unless DEBUG).")
         parser.add_argument(
@@ -25,7 +26,7 @@ class Command(BaseCommand):
             help="Import the demo file again over a demo that was already loaded (refused once refunds were made).",
         )
 
-    def handle(self, *args, no_token: bool, reload: bool, operator: str | None = None, **options):  # type: ignore[no-untyped-def]
+    def handle(self, *args: Any, no_token: bool, reload: bool, operator: str | None = None, **options: Any) -> None:
         name = operator_name(operator)
         users = get_user_model().objects
         if users.filter(username="alice").exists() and not reload:

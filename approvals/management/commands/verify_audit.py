@@ -1,5 +1,7 @@
+from typing import Any
+
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandParser
 
 from approvals.audit_log import public_key_from
 from approvals.audit_seal import audit_verify, checkpoints_read
@@ -13,7 +15,7 @@ class Command(BaseCommand):
         "AUDIT_CHECKPOINT_FILE). Exits 1 at the first inconsistency."
     )
 
-    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--checkpoints",
             metavar="FILE",
@@ -25,7 +27,7 @@ class Command(BaseCommand):
             help="The audit public key (base64, or a file holding it); default: AUDIT_SIGNING_KEY's.",
         )
 
-    def handle(self, *args, checkpoints=None, public_key=None, **options):  # type: ignore[no-untyped-def]
+    def handle(self, *args: Any, checkpoints: str | None = None, public_key: str | None = None, **options: Any) -> None:
         try:
             key = public_key_from(public_key) if public_key else configured_public_key()
         except ValueError as error:

@@ -1,8 +1,10 @@
 """Check an audit receipt offline: no database, only the public key."""
 
 import json
+from typing import Any
 
-from django.core.management.base import BaseCommand
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from django.core.management.base import BaseCommand, CommandParser
 
 from approvals.audit_log import private_key_from, public_key_from, receipt_check
 
@@ -15,7 +17,7 @@ class Command(BaseCommand):
     requires_system_checks = []
     requires_migrations_checks = False
 
-    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("file", metavar="FILE", help="The receipt (JSON).")
         parser.add_argument(
             "--public-key",
@@ -23,7 +25,7 @@ class Command(BaseCommand):
             help="The audit public key, base64 of its 32 bytes or a file holding it (default: AUDIT_SIGNING_KEY's).",
         )
 
-    def handle(self, *args, file, public_key=None, **options):  # type: ignore[no-untyped-def]
+    def handle(self, *args: Any, file: str, public_key: str | None = None, **options: Any) -> None:
         try:
             key = public_key_from(public_key) if public_key else _configured_public_key()
         except ValueError as error:
@@ -52,7 +54,7 @@ class Command(BaseCommand):
         )
 
 
-def _configured_public_key():  # type: ignore[no-untyped-def]
+def _configured_public_key() -> Ed25519PublicKey | None:
     from django.conf import settings
 
     return private_key_from(settings.AUDIT_SIGNING_KEY).public_key() if settings.AUDIT_SIGNING_KEY else None

@@ -7,6 +7,8 @@ refund that is pending at the bank, then succeeds, fails or is cancelled (docs/p
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from refunds.events import local_refund_status_set
@@ -25,11 +27,11 @@ class Command(BaseCommand):
 
     def handle(
         self,
-        *args,
+        *args: Any,
         refund_id: str,
         status: str,
-        reason: str,  # type: ignore[no-untyped-def]
-        **options,
+        reason: str,
+        **options: Any,
     ) -> None:
         try:
             outcome = local_refund_status_set(refund_id=refund_id, status=status, reason=reason)

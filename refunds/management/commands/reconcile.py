@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import sys
+from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -33,7 +34,7 @@ class Command(BaseCommand):
             help="Only orders placed, changed or refunded on or after this date (YYYY-MM-DD).",
         )
 
-    def handle(self, *args, since: datetime.date | None = None, **options) -> None:  # type: ignore[no-untyped-def]
+    def handle(self, *args: Any, since: datetime.date | None = None, **options: Any) -> None:
         run = reconcile_run(since=since)
         for drift in run.unacknowledged:
             self.stdout.write(f"drift order={drift.order.number} kind={drift.kind} {drift.message}")
