@@ -48,8 +48,8 @@ one, typed as present). `digest_of(value)` is the SHA-256 of a value's canonical
 preview's digest is made of). Strict argument fields for `Action.arguments_serializer`:
 `StrictSerializer`, `StrictIntegerField`, `StrictCharField`, `StrictChoiceField`, `SubjectIdField`,
 `MAX_SAFE_MINOR`. Views: `AuthenticatedHttpRequest` (a request behind `login_required`).
-Admin: `ReadOnlyModelAdmin`, `ReadOnlyInline` (an action's records are never edited in the admin). Fast rows for hot paths (an execution's recording, a webhook): `fetch_one(model, ...)`
-reads one row with a prepared statement, `insert_rows(instances)` inserts with one statement,
+Admin: `ReadOnlyModelAdmin`, `ReadOnlyInline` (an action's records are never edited in the admin).
+Fast rows for hot paths (an execution's recording, a webhook): `fetch_one(model, ...)` reads one row with a prepared statement, `insert_rows(instances)` inserts with one statement,
 `column_sql(model, name)` is a quoted column for raw SQL; use the ORM everywhere else.
 """
 
