@@ -49,8 +49,9 @@ preview's digest is made of). Strict argument fields for `Action.arguments_seria
 `StrictSerializer`, `StrictIntegerField`, `StrictCharField`, `StrictChoiceField`, `SubjectIdField`,
 `MAX_SAFE_MINOR`. Views: `AuthenticatedHttpRequest` (a request behind `login_required`).
 Admin: `ReadOnlyModelAdmin`, `ReadOnlyInline` (an action's records are never edited in the admin).
-Fast rows for hot paths (an execution's recording, a webhook): `fetch_one(model, ...)` reads one row with a prepared statement, `insert_rows(instances)` inserts with one statement,
-`column_sql(model, name)` is a quoted column for raw SQL; use the ORM everywhere else.
+Fast rows for hot paths (an execution's recording, a webhook): `fetch_one(model, ...)` reads one row with a
+prepared statement, `insert_rows(instances)` inserts with one statement, `column_sql(model, name)` is a quoted
+column for raw SQL; use the ORM everywhere else.
 """
 
 from __future__ import annotations
