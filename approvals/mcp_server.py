@@ -58,6 +58,7 @@ from .api.errors import error_body
 from .api.formats import session_actions, tool_annotations, tool_definition
 from .api.throttling import AgentSessionThrottle, AgentUserThrottle
 from .digests import digest_of
+from .errors import ErrorCode
 from .models import AgentSession, IdempotencyRecord, PreviewStatus
 from .presentation import preview_envelope
 from .registry import registry
@@ -236,7 +237,7 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
     retrying = params.input_responses is not None or params.request_state is not None
     answer = await sync_to_async(_answer_call)(session, params.name, arguments, call_id, base_url, params.request_state)
     body = answer.body
-    if not body.get("ok", False) and body["error"]["code"] in ("unknown_tool", "tool_not_allowed"):
+    if not body.get("ok", False) and body["error"]["code"] in (ErrorCode.UNKNOWN_TOOL, ErrorCode.TOOL_NOT_ALLOWED):
         # Not one of this session's tools: as for any tool the server does not list, a protocol error.
         raise MCPError(code=types.INVALID_PARAMS, message=body["error"]["message"], data=body["error"])
     if body.get("ok") and body.get("status") == PreviewStatus.AWAITING_CUSTOMER and not retrying and _elicits_url(ctx):
