@@ -232,9 +232,21 @@ class PreviewPageSerializer(serializers.Serializer):
     previous = serializers.URLField(allow_null=True)
 
 
-def answer_serializer(body: dict[str, Any]) -> serializers.Serializer:
-    """The serializer that renders a tool call's answer: a preview envelope, or an error envelope."""
-    return PreviewEnvelopeSerializer(body) if body.get("ok") else ErrorEnvelopeSerializer(body)
+# Answers are rendered by one bound instance of each serializer, reused: DRF deep-copies a serializer's
+# declared fields for every new instance (about 0.4 ms for an envelope, on the proposal's hot path), and
+# rendering only reads them.
+_PREVIEW_ENVELOPE = PreviewEnvelopeSerializer()
+_ERROR_ENVELOPE = ErrorEnvelopeSerializer()
+_PREVIEW_PAGE = PreviewPageSerializer()
+
+
+def answer_data(body: dict[str, Any]) -> dict[str, Any]:
+    """A tool call's answer as its serializer renders it: a preview envelope, or an error envelope."""
+    return (_PREVIEW_ENVELOPE if body.get("ok") else _ERROR_ENVELOPE).to_representation(body)
+
+
+def preview_page_data(body: dict[str, Any]) -> dict[str, Any]:
+    return _PREVIEW_PAGE.to_representation(body)
 
 
 # Agent sessions ---------------------------------------------------------------------------------

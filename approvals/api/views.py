@@ -42,7 +42,8 @@ from .serializers import (
     PreviewPageSerializer,
     PreviewWaitSerializer,
     ToolCallSerializer,
-    answer_serializer,
+    answer_data,
+    preview_page_data,
 )
 from .throttling import AgentSessionThrottle, AgentUserThrottle
 
@@ -85,7 +86,7 @@ IDEMPOTENCY_KEY_PARAMETER = OpenApiParameter(
 
 def answer_response(answer: CallAnswer) -> Response:
     """A tool call's answer, rendered by its serializer with its HTTP status."""
-    return Response(answer_serializer(answer.body).data, status=answer.http_status)
+    return Response(answer_data(answer.body), status=answer.http_status)
 
 
 class AgentAPIView(APIView):
@@ -241,8 +242,7 @@ class PreviewStatusView(AgentAPIView):
         waited = None
         if query.get("wait"):
             preview, waited = preview_wait_for_change(preview, query["wait"])
-        envelope = PreviewEnvelopeSerializer(preview_envelope(preview, base_url=self.base_url()))
-        response = Response(envelope.data)
+        response = Response(answer_data(preview_envelope(preview, base_url=self.base_url())))
         if waited is not None:
             response["Preview-Waited-Seconds"] = f"{waited:.1f}"
         return response
@@ -277,7 +277,7 @@ class PreviewListView(AgentAPIView):
             "next": link(page + 1) if len(rows) > size else None,
             "previous": link(page - 1) if page > 1 else None,
         }
-        return Response(PreviewPageSerializer(body).data)
+        return Response(preview_page_data(body))
 
 
 class PreviewReceiptView(AgentAPIView):
