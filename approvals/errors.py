@@ -86,6 +86,9 @@ class ErrorCode(StrEnum):
     INVALID_ARGUMENTS = "invalid_arguments"
     INVALID_IDEMPOTENCY_KEY = "invalid_idempotency_key"
     IDEMPOTENCY_KEY_REUSED = "idempotency_key_reused"
+    BAD_HOST = "bad_host"
+    BAD_ORIGIN = "bad_origin"
+    REQUEST_TOO_LARGE = "request_too_large"
 
     # Agent sessions.
     USER_INACTIVE = "user_inactive"

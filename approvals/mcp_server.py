@@ -375,12 +375,12 @@ def mcp_endpoint(request: HttpRequest) -> HttpResponse:
     try:
         request.get_host()  # ALLOWED_HOSTS, as for every other view: DNS rebinding gets a 400
     except DisallowedHost:
-        return JsonResponse(error_body("bad_host", "This host is not served here."), status=400)
+        return JsonResponse(error_body(ErrorCode.BAD_HOST, "This host is not served here."), status=400)
     origin = request.headers.get("Origin")
     if origin and origin.rstrip("/") != request.build_absolute_uri("/").rstrip("/"):
         # The token is a bearer token a browser never sends by itself, but the specification asks
         # servers to refuse foreign origins all the same.
-        return JsonResponse(error_body("bad_origin", "Cross-origin requests are not accepted."), status=403)
+        return JsonResponse(error_body(ErrorCode.BAD_ORIGIN, "Cross-origin requests are not accepted."), status=403)
     try:
         authenticated = AgentTokenAuthentication().authenticate(request)
     except exceptions.AuthenticationFailed as failure:
@@ -392,7 +392,9 @@ def mcp_endpoint(request: HttpRequest) -> HttpResponse:
     if wait is not None:
         seconds = max(int(wait + 0.999), 1)
         response = JsonResponse(
-            error_body("throttled", f"Too many calls; try again in {seconds} seconds.", retry_after_seconds=seconds),
+            error_body(
+                ErrorCode.THROTTLED, f"Too many calls; try again in {seconds} seconds.", retry_after_seconds=seconds
+            ),
             status=429,
         )
         response["Retry-After"] = str(seconds)
@@ -406,7 +408,9 @@ def mcp_endpoint(request: HttpRequest) -> HttpResponse:
         body = request.body
     except RequestDataTooBig:
         return JsonResponse(
-            error_body("request_too_large", f"The body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes."),
+            error_body(
+                ErrorCode.REQUEST_TOO_LARGE, f"The body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes."
+            ),
             status=413,
         )
     status, headers, content = async_to_sync(_serve)(_asgi_scope(request, session), body)
