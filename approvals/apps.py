@@ -7,9 +7,9 @@ class ApprovalsConfig(AppConfig):
 
     def ready(self) -> None:
         # Imported for what they register: system checks (checks, quorum), transition listeners and tasks
-        # (notifications, webhooks).
-        from . import checks, notifications, quorum, webhooks  # noqa: F401
-        from .api import schema  # noqa: F401  (registers the OpenAPI auth extension)
+        # (notifications, webhooks), and the Celery tasks the services publish by name (tasks).
+        from . import checks, notifications, quorum, tasks, webhooks  # noqa: F401
+        from .api import authentication, serializers  # noqa: F401  (register the OpenAPI extensions)
         from .people import (
             CustomerImportSerializer,
             StaffImportSerializer,

@@ -54,6 +54,7 @@ from .audit_log import (
     tree_head_signature_valid,
 )
 from .models import AuditLeaf, AuditRecord, AuditTreeHead, Preview
+from .publish import DELIVER_AUDIT_CHECKPOINT, task_publish
 
 logger = logging.getLogger(__name__)
 
@@ -262,11 +263,9 @@ def checkpoint_publish(checkpoint: dict[str, Any]) -> None:
         except OSError:
             logger.exception("Could not append the audit tree head of size %s to %s", checkpoint["size"], path)
     if settings.AUDIT_CHECKPOINT_WEBHOOKS:
-        from .tasks import deliver_audit_checkpoint
-
         for url in settings.AUDIT_CHECKPOINT_WEBHOOKS:
             try:
-                deliver_audit_checkpoint.delay(url, checkpoint)
+                task_publish(DELIVER_AUDIT_CHECKPOINT, url, checkpoint)
             except Exception:  # noqa: BLE001 - a broker that is down; the next head is published again
                 logger.warning("Could not queue the audit checkpoint for %s", url, exc_info=True)
 

@@ -1,5 +1,6 @@
-"""Errors that services raise and the API and pages turn into answers."""
+"""Errors that services raise and the API and pages turn into answers, and the engine's error codes."""
 
+from enum import StrEnum
 from typing import Any
 
 
@@ -60,3 +61,72 @@ class TransientExecutionError(Exception):
 
 class EffectLookupUnavailable(Exception):
     """The action cannot tell whether an earlier attempt made its effect (plain SMTP keeps no record)."""
+
+
+class ErrorCode(StrEnum):
+    """The engine's stable error and failure codes: what the API returns (`error.code`), what a
+    refused decision carries, and what a preview or execution records as its `failure_code` / `code`.
+    Members are strings, so they compare, serialize and store as their values. Actions declare their
+    own policy codes; these are the engine's."""
+
+    # The agent API, before the policy (approvals.api).
+    INVALID_REQUEST = "invalid_request"
+    MALFORMED_REQUEST = "malformed_request"
+    UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
+    NOT_AUTHENTICATED = "not_authenticated"
+    AUTHENTICATION_FAILED = "authentication_failed"
+    PERMISSION_DENIED = "permission_denied"
+    NOT_FOUND = "not_found"
+    METHOD_NOT_ALLOWED = "method_not_allowed"
+    NOT_ACCEPTABLE = "not_acceptable"
+    THROTTLED = "throttled"
+    ERROR = "error"
+    UNKNOWN_TOOL = "unknown_tool"
+    TOOL_NOT_ALLOWED = "tool_not_allowed"
+    INVALID_ARGUMENTS = "invalid_arguments"
+    INVALID_IDEMPOTENCY_KEY = "invalid_idempotency_key"
+    IDEMPOTENCY_KEY_REUSED = "idempotency_key_reused"
+    BAD_HOST = "bad_host"
+    BAD_ORIGIN = "bad_origin"
+    REQUEST_TOO_LARGE = "request_too_large"
+
+    # Agent sessions.
+    USER_INACTIVE = "user_inactive"
+    NO_TOOLS = "no_tools"
+    BAD_TTL = "bad_ttl"
+    AGENT_SESSION_LIMIT = "agent_session_limit"
+    AGENT_SESSION_REVOKED = "agent_session_revoked"
+    INVALID_WEBHOOK_URL = "invalid_webhook_url"
+
+    # Decisions (DecisionError) and how a preview ended before execution.
+    EXPIRED = "expired"
+    DECLINED = "declined"
+    REJECTED = "rejected"
+    SUPERSEDED = "superseded"
+    SUBJECT_CHANGED = "subject_changed"
+    ALREADY_DECIDED = "already_decided"
+    NOT_AWAITING_DECISION = "not_awaiting_decision"
+    FOUR_EYES = "four_eyes"
+    NOT_A_REVIEWER = "not_a_reviewer"
+    COUNTER_AUTHOR = "counter_author"
+    ALREADY_APPROVED_BY_YOU = "already_approved_by_you"
+    DIGEST_MISMATCH = "digest_mismatch"
+    CLAIMED_BY_ANOTHER = "claimed_by_another"
+    VERSION_MISMATCH = "version_mismatch"
+    COUNTER_PROPOSED = "counter_proposed"
+    COUNTER_UNCHANGED = "counter_unchanged"
+    COUNTER_EXISTS = "counter_exists"
+    UNKNOWN_ACTION = "unknown_action"
+
+    # Execution (approvals.services.execution) and a person's retry of it.
+    SUBJECT_UNAVAILABLE = "subject_unavailable"
+    APPROVAL_MISSING = "approval_missing"
+    EXECUTION_DEADLINE_PASSED = "execution_deadline_passed"
+    EFFECT_UNKNOWN = "effect_unknown"
+    RECORD_FAILED = "record_failed"
+    RETRIES_EXHAUSTED = "retries_exhausted"
+    ILLEGAL_TRANSITION = "illegal_transition"
+    FENCED_OFF = "fenced_off"
+    NOT_NEEDING_ATTENTION = "not_needing_attention"
+    NEWER_PREVIEW_OPEN = "newer_preview_open"
+    LOOKUP_UNAVAILABLE = "lookup_unavailable"

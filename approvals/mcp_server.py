@@ -59,6 +59,7 @@ from .api.errors import error_body
 from .api.formats import session_actions, tool_annotations, tool_definition
 from .api.throttling import AgentSessionThrottle, AgentUserThrottle
 from .digests import digest_of
+from .errors import ErrorCode
 from .models import AgentSession, IdempotencyRecord, PreviewStatus
 from .presentation import preview_envelope
 from .registry import registry
@@ -237,7 +238,7 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
     retrying = params.input_responses is not None or params.request_state is not None
     answer = await sync_to_async(_answer_call)(session, params.name, arguments, call_id, base_url, params.request_state)
     body = answer.body
-    if not body.get("ok", False) and body["error"]["code"] in ("unknown_tool", "tool_not_allowed"):
+    if not body.get("ok", False) and body["error"]["code"] in (ErrorCode.UNKNOWN_TOOL, ErrorCode.TOOL_NOT_ALLOWED):
         # Not one of this session's tools: as for any tool the server does not list, a protocol error.
         raise MCPError(code=types.INVALID_PARAMS, message=body["error"]["message"], data=body["error"])
     if body.get("ok") and body.get("status") == PreviewStatus.AWAITING_CUSTOMER and not retrying and _elicits_url(ctx):
@@ -375,12 +376,12 @@ def mcp_endpoint(request: HttpRequest) -> HttpResponse:
     try:
         request.get_host()  # ALLOWED_HOSTS, as for every other view: DNS rebinding gets a 400
     except DisallowedHost:
-        return JsonResponse(error_body("bad_host", "This host is not served here."), status=400)
+        return JsonResponse(error_body(ErrorCode.BAD_HOST, "This host is not served here."), status=400)
     origin = request.headers.get("Origin")
     if origin and origin.rstrip("/") != request.build_absolute_uri("/").rstrip("/"):
         # The token is a bearer token a browser never sends by itself, but the specification asks
         # servers to refuse foreign origins all the same.
-        return JsonResponse(error_body("bad_origin", "Cross-origin requests are not accepted."), status=403)
+        return JsonResponse(error_body(ErrorCode.BAD_ORIGIN, "Cross-origin requests are not accepted."), status=403)
     try:
         authenticated = AgentTokenAuthentication().authenticate(request)
     except exceptions.AuthenticationFailed as failure:
@@ -392,7 +393,9 @@ def mcp_endpoint(request: HttpRequest) -> HttpResponse:
     if wait is not None:
         seconds = max(int(wait + 0.999), 1)
         response: HttpResponse = JsonResponse(
-            error_body("throttled", f"Too many calls; try again in {seconds} seconds.", retry_after_seconds=seconds),
+            error_body(
+                ErrorCode.THROTTLED, f"Too many calls; try again in {seconds} seconds.", retry_after_seconds=seconds
+            ),
             status=429,
         )
         response["Retry-After"] = str(seconds)
@@ -406,7 +409,9 @@ def mcp_endpoint(request: HttpRequest) -> HttpResponse:
         body = request.body
     except RequestDataTooBig:
         return JsonResponse(
-            error_body("request_too_large", f"The body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes."),
+            error_body(
+                ErrorCode.REQUEST_TOO_LARGE, f"The body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes."
+            ),
             status=413,
         )
     status, headers, content = async_to_sync(_serve)(_asgi_scope(request, session), body)

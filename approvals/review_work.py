@@ -9,9 +9,9 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
-from .errors import DecisionError
+from .errors import DecisionError, ErrorCode
 from .models import ApprovalRole, AuditEvent, Preview, PreviewStatus, ReviewClaim
-from .services import _may_review, audit_record, preview_approve, preview_decline
+from .services import audit_record, may_review, preview_approve, preview_decline
 
 # Claims ------------------------------------------------------------------------------------------
 
@@ -23,11 +23,15 @@ def preview_claim(
     reviewer claimed is only taken over when asked for (`take_over`), and that is audited."""
     by = by or reviewer
     if preview.status != PreviewStatus.AWAITING_STAFF:
-        raise DecisionError("Only a preview waiting for staff can be claimed.", code="not_awaiting_decision")
-    if not _may_review(reviewer, preview):
-        raise DecisionError(f"{reviewer.get_username()} may not review this kind of action.", code="not_a_reviewer")
+        raise DecisionError("Only a preview waiting for staff can be claimed.", code=ErrorCode.NOT_AWAITING_DECISION)
+    if not may_review(reviewer, preview):
+        raise DecisionError(
+            f"{reviewer.get_username()} may not review this kind of action.", code=ErrorCode.NOT_A_REVIEWER
+        )
     if reviewer.pk == preview.actor_id:
-        raise DecisionError(f"{reviewer.get_username()} proposed this; another reviewer must.", code="four_eyes")
+        raise DecisionError(
+            f"{reviewer.get_username()} proposed this; another reviewer must.", code=ErrorCode.FOUR_EYES
+        )
     with transaction.atomic():
         locked = Preview.objects.select_for_update().get(pk=preview.pk)
         claim = ReviewClaim.objects.select_related("claimed_by").filter(preview=locked).first()
@@ -37,7 +41,7 @@ def preview_claim(
         if claim is not None and not take_over and by.pk == reviewer.pk:
             raise DecisionError(
                 f"{previous} is already working on this preview; take it over only if you agreed with them.",
-                code="claimed_by_another",
+                code=ErrorCode.CLAIMED_BY_ANOTHER,
             )
         claim, _ = ReviewClaim.objects.update_or_create(
             preview=locked,
@@ -102,7 +106,7 @@ def previews_decide_many(
             if visible.subject_version != item.subject_version:
                 raise DecisionError(
                     "This preview is not the version the page showed; open it and review it again.",
-                    code="version_mismatch",
+                    code=ErrorCode.VERSION_MISMATCH,
                 )
             if decision == "approve":
                 preview_approve(

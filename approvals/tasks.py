@@ -1,13 +1,23 @@
-"""Celery is one more interface to the services: tasks take ids and call a service."""
+"""Celery is one more interface to the services: tasks take ids and call a service.
+
+The arrows point one way: the tasks import the services, never the reverse (the services publish a task
+by its name, approvals.publish). This module is imported at start-up (ApprovalsConfig.ready)
+so that every task is registered before anything publishes one.
+"""
 
 import logging
 import os
 import random
+import time
+import urllib.error
+import urllib.request
 
 from celery import shared_task
 
-from . import executions, notifications, services
+from . import metrics, notifications, services
+from .audit_seal import checkpoint_webhook_request
 from .errors import TransientExecutionError
+from .publish import DELIVER_AUDIT_CHECKPOINT, EXECUTE_PREVIEW, NOTIFY_COUNTER_PROPOSAL
 
 logger = logging.getLogger(__name__)
 
@@ -15,20 +25,20 @@ MAX_EXECUTION_RETRIES = 5
 RETRY_BACKOFF_MAX_SECONDS = 600
 
 
-@shared_task(name="approvals.execute_preview", bind=True, acks_late=True, max_retries=MAX_EXECUTION_RETRIES)
+@shared_task(name=EXECUTE_PREVIEW, bind=True, acks_late=True, max_retries=MAX_EXECUTION_RETRIES)
 def execute_preview(self, preview_id: str, fencing_token: int | None = None, **kwargs) -> None:  # type: ignore[no-untyped-def]
     """One attempt. A retry carries the fencing token of the attempt that scheduled it, so only the
     chain that holds the lease goes on; a duplicate or a redelivered message finds the lease taken."""
     worker = f"{self.request.hostname or 'local'}:{os.getpid()}:{self.request.id}"
     try:
-        executions.preview_execute(preview_id=preview_id, fencing_token=fencing_token, worker=worker)
+        services.preview_execute(preview_id=preview_id, fencing_token=fencing_token, worker=worker)
     except TransientExecutionError as error:
         gives_up = self.request.retries >= self.max_retries
         # Exponential backoff with full jitter; the idempotency key makes each retry safe.
         countdown = (
             0.0 if self.request.is_eager else random.uniform(0, min(RETRY_BACKOFF_MAX_SECONDS, 2**self.request.retries))
         )
-        executions.execution_attempt_failed(
+        services.execution_attempt_failed(
             preview_id=preview_id, error=error, will_retry=not gives_up, retry_in=countdown
         )
         if gives_up:
@@ -49,24 +59,17 @@ def expire_previews(**kwargs) -> int:  # type: ignore[no-untyped-def]
 
 @shared_task(name="approvals.dispatch_stalled_previews")
 def dispatch_stalled_previews(**kwargs) -> int:  # type: ignore[no-untyped-def]
-    return executions.executions_dispatch_stalled()
+    return services.executions_dispatch_stalled()
 
 
 @shared_task(name="approvals.resolve_unknown_executions")
 def resolve_unknown_executions(**kwargs) -> int:  # type: ignore[no-untyped-def]
-    return executions.executions_resolve_unknown()
+    return services.executions_resolve_unknown()
 
 
-@shared_task(name="approvals.deliver_audit_checkpoint", bind=True, max_retries=5, ignore_result=True)
+@shared_task(name=DELIVER_AUDIT_CHECKPOINT, bind=True, max_retries=5, ignore_result=True)
 def deliver_audit_checkpoint(self, url: str, checkpoint: dict, **kwargs) -> None:  # type: ignore[no-untyped-def]
     """POST one signed tree head to a checkpoint witness (Standard Webhooks), retried with backoff."""
-    import time
-    import urllib.error
-    import urllib.request
-
-    from . import metrics
-    from .audit_seal import checkpoint_webhook_request
-
     body, headers = checkpoint_webhook_request(url, checkpoint)
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     started = time.monotonic()
@@ -100,6 +103,6 @@ def notify_reviewers(**kwargs) -> dict:  # type: ignore[no-untyped-def]
     }
 
 
-@shared_task(name="approvals.notify_counter_proposal")
+@shared_task(name=NOTIFY_COUNTER_PROPOSAL)
 def notify_counter_proposal(preview_id: str, **kwargs) -> bool:  # type: ignore[no-untyped-def]
     return notifications.counter_proposal_email(preview_id)

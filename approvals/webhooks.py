@@ -43,7 +43,7 @@ from django.db.models import Q
 from django.utils import timezone
 from standardwebhooks.webhooks import Webhook
 
-from .errors import ApplicationError
+from .errors import ApplicationError, ErrorCode
 from .models import AgentSession, Preview, WebhookDelivery, WebhookDeliveryStatus
 from .presentation import preview_envelope
 from .rows import statement_cursor
@@ -78,16 +78,18 @@ def webhook_url_check(url: str) -> str:
     """An absolute http(s) URL with a host, no credentials in it, at most 2000 characters, and (unless
     AGENT_WEBHOOK_ALLOW_PRIVATE) not resolving to a private, loopback or link-local address."""
     if not isinstance(url, str) or len(url) > 2000:
-        raise ApplicationError("The webhook URL must be at most 2000 characters.", code="invalid_webhook_url")
+        raise ApplicationError("The webhook URL must be at most 2000 characters.", code=ErrorCode.INVALID_WEBHOOK_URL)
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ApplicationError(
-            "The webhook URL must be an absolute http:// or https:// URL.", code="invalid_webhook_url"
+            "The webhook URL must be an absolute http:// or https:// URL.", code=ErrorCode.INVALID_WEBHOOK_URL
         )
     if parts.username or parts.password:
-        raise ApplicationError("The webhook URL must not carry credentials.", code="invalid_webhook_url")
+        raise ApplicationError("The webhook URL must not carry credentials.", code=ErrorCode.INVALID_WEBHOOK_URL)
     if not settings.AGENT_WEBHOOK_ALLOW_PRIVATE and _is_private(parts.hostname):
-        raise ApplicationError("The webhook URL points at a private or loopback address.", code="invalid_webhook_url")
+        raise ApplicationError(
+            "The webhook URL points at a private or loopback address.", code=ErrorCode.INVALID_WEBHOOK_URL
+        )
     return url
 
 

@@ -15,7 +15,7 @@ from rest_framework.exceptions import AuthenticationFailed
 
 from approvals.api.authentication import AgentTokenAuthentication
 from approvals.api.parsers import StrictJSONError, strict_json_loads
-from approvals.api.views import ToolCallSerializer
+from approvals.api.serializers import ToolCallSerializer
 from approvals.registry import registry
 
 from .models import FloorCall

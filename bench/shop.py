@@ -22,7 +22,7 @@ from django.contrib.auth.models import Group
 from django.utils import timezone
 
 from approvals.models import AgentSession, ApprovalRole, Preview, PreviewStatus
-from approvals.services import TOKEN_PREFIX, _preview_digest, agent_token_hash
+from approvals.services import TOKEN_PREFIX, agent_token_hash, preview_digest
 from refunds.models import Order, OrderStatus
 
 # Currency, and the range of an order's total in its minor unit (EUR/USD/GBP cents, JPY yen, KWD fils).
@@ -211,6 +211,6 @@ def previews_for(
             expires_at=expires,
             proposal_key=hashlib.sha256(f"bench:{order.number}".encode()).hexdigest(),
         )
-        preview.digest = _preview_digest(preview)
+        preview.digest = preview_digest(preview)
         previews.append(preview)
     return Preview.objects.bulk_create(previews, batch_size=BATCH)

@@ -190,8 +190,8 @@ def give_up_execution(preview, *, effect_possible=False, error="timeout"):
     from django.db import transaction
 
     from approvals.errors import TransientExecutionError
-    from approvals.executions import Outcome, execution_attempt_failed, execution_transition
     from approvals.models import Execution, Preview
+    from approvals.services import Outcome, execution_attempt_failed, execution_transition
 
     with transaction.atomic():
         locked = Preview.objects.select_for_update().get(pk=preview.pk)

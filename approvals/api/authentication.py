@@ -1,6 +1,7 @@
 import hmac
 
 from django.utils import timezone
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
 from .. import logs
@@ -42,3 +43,13 @@ class AgentTokenAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request):  # type: ignore[no-untyped-def]
         return f'{self.keyword} realm="agent"'
+
+
+class AgentTokenScheme(OpenApiAuthenticationExtension):
+    """How the OpenAPI schema names the agent token (drf-spectacular finds it by the class above)."""
+
+    target_class = AgentTokenAuthentication
+    name = "agentToken"
+
+    def get_security_definition(self, auto_schema):  # type: ignore[no-untyped-def]
+        return {"type": "http", "scheme": "bearer", "description": "An agent session token (agt_…)."}

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from rest_framework import status
 
 from ..digests import digest_of
+from ..errors import ErrorCode
 from ..models import AgentSession, AuditEvent, Preview, RejectedCallKind
 from ..presentation import preview_envelope
-from ..registry import registry
+from ..registry import Action, registry
 from ..rejected_calls import rejected_call_audit_due, rejected_call_count
 from ..services import IdempotencyConflict, idempotent_call, preview_refresh, proposal_audit_rejected, proposal_submit
 from .errors import error_body
@@ -90,6 +92,140 @@ class CallAnswer:
         return preview.get("id") if isinstance(preview, dict) else None
 
 
+@dataclass(frozen=True)
+class _Call:
+    """One call as received, for its answers and its audit."""
+
+    session: AgentSession
+    tool_name: str
+    raw_arguments: str
+    call_id: str | None
+
+    def reject(self, http_status: int, event: AuditEvent, code: str, message: str, **facts: Any) -> CallAnswer:
+        """Refused before the policy: the error envelope (with `call_id` echoed), audited."""
+        body = storable(error_body(code, message, **facts))
+        audit_rejected_call(
+            session=self.session,
+            event=event,
+            tool_name=storable(self.tool_name),
+            raw_arguments=storable(self.raw_arguments),
+            error=body["error"],
+            call_id=storable(self.call_id),
+        )
+        if self.call_id is not None:
+            body["call_id"] = self.call_id
+        return CallAnswer(http_status, body)
+
+
+def envelope_invalid(*, session: AgentSession, data: Any, errors: Any) -> CallAnswer:
+    """A 400 for a tool call envelope that did not parse, audited with the name and arguments it carried."""
+    tool_name = data.get("name") if isinstance(data, dict) else None
+    tool_name = tool_name if isinstance(tool_name, str) else ""
+    body = storable(error_body(ErrorCode.INVALID_REQUEST, "The tool call envelope is malformed.", fields=errors))
+    audit_rejected_call(
+        session=session,
+        event=AuditEvent.PROPOSAL_INVALID,
+        tool_name=storable(tool_name),
+        raw_arguments=storable(raw_arguments_text(data.get("arguments") if isinstance(data, dict) else None)),
+        error=body["error"],
+    )
+    return CallAnswer(status.HTTP_400_BAD_REQUEST, body)
+
+
+def body_unparsable(*, session: AgentSession, raw_body: str, code: str, message: str) -> None:
+    """Not even JSON: still a tool call from this session, audited with the body as received and the
+    error code the caller gets (malformed_request, unsupported_media_type)."""
+    audit_rejected_call(
+        session=session,
+        event=AuditEvent.PROPOSAL_INVALID,
+        tool_name="",
+        raw_arguments=storable(raw_body),
+        error=storable({"code": code, "message": message}),
+    )
+
+
+def _action_or_refusal(call: _Call) -> tuple[Action | None, CallAnswer | None]:
+    action = registry.action(call.tool_name)
+    if action is None:
+        refusal = call.reject(
+            404, AuditEvent.PROPOSAL_INVALID, ErrorCode.UNKNOWN_TOOL, f"There is no tool named {call.tool_name!r}."
+        )
+        return None, refusal
+    if call.tool_name not in call.session.tools:
+        refusal = call.reject(
+            403,
+            AuditEvent.PROPOSAL_FORBIDDEN,
+            ErrorCode.TOOL_NOT_ALLOWED,
+            f"This agent session may not use the tool {call.tool_name!r}.",
+        )
+        return None, refusal
+    return action, None
+
+
+def _arguments_or_refusal(call: _Call, action: Action, arguments: Any) -> tuple[Any, dict | None, CallAnswer | None]:
+    """The arguments as sent (a string parsed strictly), and as the action's serializer validated them."""
+    invalid = AuditEvent.PROPOSAL_INVALID, ErrorCode.INVALID_ARGUMENTS
+    if isinstance(arguments, str):
+        try:
+            arguments = strict_json_loads(arguments)
+        except StrictJSONError as error:
+            return arguments, None, call.reject(400, *invalid, f"The arguments string is not valid JSON: {error}")
+    if not isinstance(arguments, dict):
+        return arguments, None, call.reject(400, *invalid, "The arguments must be a JSON object.")
+    parsed = action.arguments_serializer(data=arguments)
+    if not parsed.is_valid():
+        message = "The arguments do not match the tool's input schema."
+        return arguments, None, call.reject(400, *invalid, message, fields=parsed.errors)
+    return arguments, dict(parsed.validated_data), None
+
+
+def _propose(call: _Call, action: Action, validated: dict[str, Any], base_url: str) -> tuple[int, dict[str, Any]]:
+    """The policy's answer: 201 a new preview, 200 the same pending one, 422 a refusal."""
+    outcome = proposal_submit(
+        agent_session=call.session,
+        action=action,
+        arguments=validated,
+        raw_arguments=call.raw_arguments,
+        call_id=call.call_id,
+    )
+    if outcome.kind == "refused":
+        body = error_body(**outcome.refusal.as_dict())
+        http_status = status.HTTP_422_UNPROCESSABLE_ENTITY
+    else:
+        body = preview_envelope(outcome.preview, base_url=base_url)
+        http_status = status.HTTP_201_CREATED if outcome.kind == "created" else status.HTTP_200_OK
+    if call.call_id is not None:
+        body["call_id"] = call.call_id
+    return http_status, body
+
+
+def _answered_once(
+    call: _Call, key: str, arguments: Any, propose: Callable[[], tuple[int, dict[str, Any]]]
+) -> CallAnswer:
+    """With an Idempotency-Key: the first answer for this key and body, replayed after; 409 for another body."""
+    if not IDEMPOTENCY_KEY.match(key):
+        return call.reject(
+            400,
+            AuditEvent.PROPOSAL_INVALID,
+            ErrorCode.INVALID_IDEMPOTENCY_KEY,
+            "The Idempotency-Key header must be 1 to 255 visible ASCII characters.",
+        )
+    fingerprint = digest_of({"name": call.tool_name, "arguments": arguments, "call_id": call.call_id})
+    replayed: list[bool] = [True]
+
+    def first_time() -> tuple[int, dict[str, Any]]:
+        replayed[0] = False
+        return propose()
+
+    try:
+        http_status, body = idempotent_call(
+            agent_session=call.session, key=key, fingerprint=fingerprint, run=first_time, action=call.tool_name
+        )
+    except IdempotencyConflict as conflict:
+        return call.reject(409, AuditEvent.PROPOSAL_INVALID, conflict.code, conflict.message)
+    return CallAnswer(http_status, body, replayed=replayed[0])
+
+
 def tool_call(
     *,
     session: AgentSession,
@@ -100,96 +236,20 @@ def tool_call(
     base_url: str,
 ) -> CallAnswer:
     """Parse, check and propose one call of `tool_name` by `session`; every refusal is audited."""
-    raw_arguments = raw_arguments_text(arguments)
-
-    def reject(http_status: int, event: AuditEvent, code: str, message: str, **facts: Any) -> CallAnswer:
-        body = storable(error_body(code, message, **facts))
-        audit_rejected_call(
-            session=session,
-            event=event,
-            tool_name=storable(tool_name),
-            raw_arguments=storable(raw_arguments),
-            error=body["error"],
-            call_id=storable(call_id),
-        )
-        if call_id is not None:
-            body["call_id"] = call_id
-        return CallAnswer(http_status, body)
-
-    action = registry.action(tool_name)
-    if action is None:
-        return reject(404, AuditEvent.PROPOSAL_INVALID, "unknown_tool", f"There is no tool named {tool_name!r}.")
-    if tool_name not in session.tools:
-        return reject(
-            403,
-            AuditEvent.PROPOSAL_FORBIDDEN,
-            "tool_not_allowed",
-            f"This agent session may not use the tool {tool_name!r}.",
-        )
-    if isinstance(arguments, str):
-        try:
-            arguments = strict_json_loads(arguments)
-        except StrictJSONError as error:
-            return reject(
-                400,
-                AuditEvent.PROPOSAL_INVALID,
-                "invalid_arguments",
-                f"The arguments string is not valid JSON: {error}",
-            )
-    if not isinstance(arguments, dict):
-        return reject(400, AuditEvent.PROPOSAL_INVALID, "invalid_arguments", "The arguments must be a JSON object.")
-    parsed = action.arguments_serializer(data=arguments)
-    if not parsed.is_valid():
-        return reject(
-            400,
-            AuditEvent.PROPOSAL_INVALID,
-            "invalid_arguments",
-            "The arguments do not match the tool's input schema.",
-            fields=parsed.errors,
-        )
+    call = _Call(session, tool_name, raw_arguments_text(arguments), call_id)
+    action, refusal = _action_or_refusal(call)
+    if refusal is not None:
+        return refusal
+    arguments, validated, refusal = _arguments_or_refusal(call, action, arguments)
+    if refusal is not None:
+        return refusal
 
     def propose() -> tuple[int, dict[str, Any]]:
-        outcome = proposal_submit(
-            agent_session=session,
-            action=action,
-            arguments=dict(parsed.validated_data),
-            raw_arguments=raw_arguments,
-            call_id=call_id,
-        )
-        if outcome.kind == "refused":
-            body = error_body(**outcome.refusal.as_dict())
-            http_status = status.HTTP_422_UNPROCESSABLE_ENTITY
-        else:
-            body = preview_envelope(outcome.preview, base_url=base_url)
-            http_status = status.HTTP_201_CREATED if outcome.kind == "created" else status.HTTP_200_OK
-        if call_id is not None:
-            body["call_id"] = call_id
-        return http_status, body
+        return _propose(call, action, validated, base_url)
 
     if idempotency_key is None:
-        http_status, body = propose()
-        return CallAnswer(http_status, body)
-    if not IDEMPOTENCY_KEY.match(idempotency_key):
-        return reject(
-            400,
-            AuditEvent.PROPOSAL_INVALID,
-            "invalid_idempotency_key",
-            "The Idempotency-Key header must be 1 to 255 visible ASCII characters.",
-        )
-    fingerprint = digest_of({"name": tool_name, "arguments": arguments, "call_id": call_id})
-    replayed: list[bool] = [True]
-
-    def first_time() -> tuple[int, dict[str, Any]]:
-        replayed[0] = False
-        return propose()
-
-    try:
-        http_status, body = idempotent_call(
-            agent_session=session, key=idempotency_key, fingerprint=fingerprint, run=first_time, action=tool_name
-        )
-    except IdempotencyConflict as conflict:
-        return reject(409, AuditEvent.PROPOSAL_INVALID, conflict.code, conflict.message)
-    return CallAnswer(http_status, body, replayed=replayed[0])
+        return CallAnswer(*propose())
+    return _answered_once(call, idempotency_key, arguments, propose)
 
 
 def preview_of_session(session: AgentSession, preview_id: Any) -> Preview | None:

@@ -8,7 +8,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
-from ..errors import ApplicationError
+from ..errors import ApplicationError, ErrorCode
 
 
 def error_body(code: str, message: str, **facts: Any) -> dict[str, Any]:
@@ -24,21 +24,21 @@ def _message(detail: Any) -> str:
 
 
 CODES = {
-    exceptions.NotAuthenticated: "not_authenticated",
-    exceptions.AuthenticationFailed: "authentication_failed",
-    exceptions.PermissionDenied: "permission_denied",
-    exceptions.NotFound: "not_found",
-    exceptions.MethodNotAllowed: "method_not_allowed",
-    exceptions.NotAcceptable: "not_acceptable",
-    exceptions.UnsupportedMediaType: "unsupported_media_type",
-    exceptions.ParseError: "malformed_request",
-    exceptions.Throttled: "throttled",
-    exceptions.ValidationError: "invalid_request",
+    exceptions.NotAuthenticated: ErrorCode.NOT_AUTHENTICATED,
+    exceptions.AuthenticationFailed: ErrorCode.AUTHENTICATION_FAILED,
+    exceptions.PermissionDenied: ErrorCode.PERMISSION_DENIED,
+    exceptions.NotFound: ErrorCode.NOT_FOUND,
+    exceptions.MethodNotAllowed: ErrorCode.METHOD_NOT_ALLOWED,
+    exceptions.NotAcceptable: ErrorCode.NOT_ACCEPTABLE,
+    exceptions.UnsupportedMediaType: ErrorCode.UNSUPPORTED_MEDIA_TYPE,
+    exceptions.ParseError: ErrorCode.MALFORMED_REQUEST,
+    exceptions.Throttled: ErrorCode.THROTTLED,
+    exceptions.ValidationError: ErrorCode.INVALID_REQUEST,
 }
 
 
 def error_code(exc: Exception) -> str:
-    return next((c for klass, c in CODES.items() if isinstance(exc, klass)), "error")
+    return next((c for klass, c in CODES.items() if isinstance(exc, klass)), ErrorCode.ERROR)
 
 
 def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:

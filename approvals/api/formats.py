@@ -176,57 +176,76 @@ def gemini_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return _project(schema, keep=keep)
 
 
+def _openai(tools: list[dict[str, Any]], actions: list[Action]) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": t["name"],
+                "description": t["description"],
+                "parameters": strict_openai_schema(t["input_schema"]),
+                "strict": True,
+            },
+        }
+        for t in tools
+    ]
+
+
+def _openai_responses(tools: list[dict[str, Any]], actions: list[Action]) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "function",
+            "name": t["name"],
+            "description": t["description"],
+            "parameters": strict_openai_schema(t["input_schema"]),
+            "strict": True,
+        }
+        for t in tools
+    ]
+
+
+def _anthropic(tools: list[dict[str, Any]], actions: list[Action]) -> list[dict[str, Any]]:
+    return [{"name": t["name"], "description": t["description"], "input_schema": t["input_schema"]} for t in tools]
+
+
+def _mcp(tools: list[dict[str, Any]], actions: list[Action]) -> dict[str, Any]:
+    return {
+        "tools": [
+            {
+                "name": t["name"],
+                "description": t["description"],
+                "inputSchema": t["input_schema"],
+                "annotations": tool_annotations(action),
+            }
+            for t, action in zip(tools, actions, strict=True)
+        ]
+    }
+
+
+def _gemini(tools: list[dict[str, Any]], actions: list[Action]) -> list[dict[str, Any]]:
+    declarations = [
+        {"name": t["name"], "description": t["description"], "parameters": gemini_schema(t["input_schema"])}
+        for t in tools
+    ]
+    return [{"functionDeclarations": declarations}]
+
+
+# Each format's projection of the contract's tool definitions (and of the actions, for MCP's annotations).
+LISTINGS: dict[str, Callable[[list[dict[str, Any]], list[Action]], Any]] = {
+    "openai": _openai,
+    "openai-responses": _openai_responses,
+    "anthropic": _anthropic,
+    "mcp": _mcp,
+    "gemini": _gemini,
+}
+
+
 def tool_listing(session: AgentSession, output: str | None) -> Any:
     """The session's tools in the shape `output` names (None: the contract's own shape)."""
     actions = session_actions(session)
     tools = [tool_definition(action) for action in actions]
     if output is None:
         return {"tools": tools}
-    if output == "openai":
-        return [
-            {
-                "type": "function",
-                "function": {
-                    "name": t["name"],
-                    "description": t["description"],
-                    "parameters": strict_openai_schema(t["input_schema"]),
-                    "strict": True,
-                },
-            }
-            for t in tools
-        ]
-    if output == "openai-responses":
-        return [
-            {
-                "type": "function",
-                "name": t["name"],
-                "description": t["description"],
-                "parameters": strict_openai_schema(t["input_schema"]),
-                "strict": True,
-            }
-            for t in tools
-        ]
-    if output == "anthropic":
-        return [{"name": t["name"], "description": t["description"], "input_schema": t["input_schema"]} for t in tools]
-    if output == "mcp":
-        return {
-            "tools": [
-                {
-                    "name": t["name"],
-                    "description": t["description"],
-                    "inputSchema": t["input_schema"],
-                    "annotations": tool_annotations(action),
-                }
-                for t, action in zip(tools, actions, strict=True)
-            ]
-        }
-    if output == "gemini":
-        return [
-            {
-                "functionDeclarations": [
-                    {"name": t["name"], "description": t["description"], "parameters": gemini_schema(t["input_schema"])}
-                    for t in tools
-                ]
-            }
-        ]
-    raise ValueError(f"Unknown format {output!r}")
+    if output not in LISTINGS:
+        raise ValueError(f"Unknown format {output!r}")
+    return LISTINGS[output](tools, actions)

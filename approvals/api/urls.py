@@ -1,6 +1,7 @@
 from django.http import HttpRequest, JsonResponse
 from django.urls import path, re_path
 
+from ..errors import ErrorCode
 from . import views
 from .errors import error_body
 
@@ -8,7 +9,7 @@ from .errors import error_body
 def no_such_endpoint(request: HttpRequest, rest: str = "") -> JsonResponse:
     """Anything else under /api/agent/ (a typo, a trailing slash): the JSON envelope, not an HTML page."""
     return JsonResponse(
-        error_body("not_found", "There is no such endpoint; the agent API is described at /api/schema/."),
+        error_body(ErrorCode.NOT_FOUND, "There is no such endpoint; the agent API is described at /api/schema/."),
         status=404,
     )
 

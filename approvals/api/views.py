@@ -9,51 +9,84 @@ from django.conf import settings
 from django.db import transaction
 from django.http import Http404
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import (
-    OpenApiParameter,
-    OpenApiResponse,
-    extend_schema,
-    extend_schema_field,
-    inline_serializer,
-)
-from rest_framework import serializers, status
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import status
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.exceptions import ParseError, UnsupportedMediaType, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ..arguments import StrictCharField, StrictIntegerField, StrictSerializer
+from ..arguments import StrictIntegerField, StrictSerializer
 from ..audit_seal import audit_seal, preview_receipt
-from ..errors import ApplicationError
-from ..models import AuditEvent, Preview, PreviewStatus, RejectedCallKind
+from ..errors import ApplicationError, ErrorCode
+from ..models import AuditEvent, Preview, RejectedCallKind
 from ..presentation import preview_envelope
 from ..registry import registry
 from ..rejected_calls import SAMPLE_CHARACTERS, rejected_call_audit_due, rejected_call_count
 from ..services import agent_session_create, preview_refresh, proposal_audit_rejected
 from ..webhooks import agent_session_webhook_set, webhook_url_check
 from .authentication import AgentTokenAuthentication
-from .calls import audit_rejected_call, raw_arguments_text, storable, tool_call
+from .calls import CallAnswer, body_unparsable, envelope_invalid, storable, tool_call
 from .errors import error_body, error_code
 from .formats import FORMATS, tool_listing
 from .previews import preview_wait_for_change, session_previews
-from .schema import (
-    ARGUMENTS,
-    AUTH_HEADERS,
-    IDEMPOTENCY_KEY_PARAMETER,
-    PREVIEW_ENVELOPE,
-    PREVIEW_ID,
-    PREVIEW_PAGE,
-    THROTTLED,
+from .serializers import (
+    PREVIEW_PAGE_SIZE,
     TOOL_LISTING,
-    UNAUTHORIZED,
-    error_response,
+    AgentSessionCreatedSerializer,
+    AgentSessionCreateSerializer,
+    ErrorEnvelopeSerializer,
+    PreviewEnvelopeSerializer,
+    PreviewListSerializer,
+    PreviewPageSerializer,
+    PreviewWaitSerializer,
+    ToolCallSerializer,
+    answer_data,
+    preview_page_data,
 )
 from .throttling import AgentSessionThrottle, AgentUserThrottle
 
-PREVIEW_WAIT_LIMIT = 60  # what a client may ask for; the server caps the wait lower (previews.py)
-PREVIEW_PAGE_SIZE = 20
-PREVIEW_PAGE_SIZE_MAX = 100
+# What the schema says beyond the serializers: headers, path parameters, and each answer's meaning.
+
+
+def error_response(description: str) -> OpenApiResponse:
+    return OpenApiResponse(ErrorEnvelopeSerializer, description=description)
+
+
+UNAUTHORIZED = error_response("No, malformed, unknown, expired or revoked agent token (with WWW-Authenticate).")
+THROTTLED = error_response("Too many calls from this agent session (with Retry-After).")
+AUTH_HEADERS = [
+    OpenApiParameter(
+        "WWW-Authenticate",
+        {"type": "string", "enum": ['Bearer realm="agent"']},
+        OpenApiParameter.HEADER,
+        required=True,
+        response=[401],
+        description="The agent token scheme.",
+    ),
+    OpenApiParameter(
+        "Retry-After",
+        {"type": "integer", "minimum": 1},
+        OpenApiParameter.HEADER,
+        required=True,
+        response=[429],
+        description="Seconds until the next call is accepted.",
+    ),
+]
+PREVIEW_ID = OpenApiParameter("preview_id", OpenApiTypes.UUID, OpenApiParameter.PATH)
+IDEMPOTENCY_KEY_PARAMETER = OpenApiParameter(
+    "Idempotency-Key",
+    {"type": "string", "pattern": "^[!-~]{1,255}$", "minLength": 1, "maxLength": 255},
+    OpenApiParameter.HEADER,
+    required=False,
+    description="Replays the first answer for the same body; 409 for a different body.",
+)
+
+
+def answer_response(answer: CallAnswer) -> Response:
+    """A tool call's answer, rendered by its serializer with its HTTP status."""
+    return Response(answer_data(answer.body), status=answer.http_status)
 
 
 class AgentAPIView(APIView):
@@ -75,7 +108,7 @@ class AgentAPIView(APIView):
             else:
                 body = request.get_full_path()
             count = rejected_call_count(
-                agent_session=session, kind=RejectedCallKind.THROTTLED, body=body, code="throttled"
+                agent_session=session, kind=RejectedCallKind.THROTTLED, body=body, code=ErrorCode.THROTTLED
             )
             if rejected_call_audit_due(count):
                 proposal_audit_rejected(
@@ -83,20 +116,9 @@ class AgentAPIView(APIView):
                     event=AuditEvent.CALL_THROTTLED,
                     tool_name="",
                     raw_arguments=storable(body[:SAMPLE_CHARACTERS]),
-                    error={"code": "throttled", "calls_this_minute": count, "path": request.path[:200]},
+                    error={"code": ErrorCode.THROTTLED, "calls_this_minute": count, "path": request.path[:200]},
                 )
         super().throttled(request, wait)
-
-
-@extend_schema_field(ARGUMENTS)
-class ArgumentsField(serializers.JSONField):
-    """A JSON object, or a string holding one (as models emit tool calls)."""
-
-
-class ToolCallSerializer(StrictSerializer):
-    name = StrictCharField(max_length=64, help_text="The tool's name, from GET /api/agent/tools.")
-    arguments = ArgumentsField(help_text="The tool's arguments: a JSON object or a string holding one.")
-    call_id = StrictCharField(max_length=200, required=False, help_text="Your id for this call.")
 
 
 class ToolListView(AgentAPIView):
@@ -123,21 +145,24 @@ class ToolListView(AgentAPIView):
     def get(self, request: Request) -> Response:
         output = request.query_params.get("format")
         if output is not None and output not in FORMATS:
-            return Response(
-                error_body("invalid_request", f"Unknown format {output[:40]!r}; the formats are {', '.join(FORMATS)}."),
-                status=status.HTTP_400_BAD_REQUEST,
-            )
+            message = f"Unknown format {output[:40]!r}; the formats are {', '.join(FORMATS)}."
+            return Response(error_body(ErrorCode.INVALID_REQUEST, message), status=status.HTTP_400_BAD_REQUEST)
         return Response(tool_listing(request.auth, output))
 
 
 class ToolCallView(AgentAPIView):
+    # The envelope is parsed here (its 400s), the call proposed by approvals.api.calls (shared with the MCP
+    # server), and the answer rendered by its serializer.
+
     @extend_schema(
         operation_id="propose_tool_call",
         request=ToolCallSerializer,
         parameters=[IDEMPOTENCY_KEY_PARAMETER, *AUTH_HEADERS],
         responses={
-            200: OpenApiResponse(PREVIEW_ENVELOPE, description="A replay, or the same pending proposal again."),
-            201: OpenApiResponse(PREVIEW_ENVELOPE, description="A new preview; nothing has happened yet."),
+            200: OpenApiResponse(
+                PreviewEnvelopeSerializer, description="A replay, or the same pending proposal again."
+            ),
+            201: OpenApiResponse(PreviewEnvelopeSerializer, description="A new preview; nothing has happened yet."),
             400: error_response("Malformed body, envelope, arguments or Idempotency-Key."),
             401: UNAUTHORIZED,
             403: error_response("The tool is not allowed for this agent session."),
@@ -149,48 +174,28 @@ class ToolCallView(AgentAPIView):
         },
     )
     def post(self, request: Request) -> Response:
-        session = request.auth
-        try:
-            data = request.data
-        except (ParseError, UnsupportedMediaType) as error:
-            # Not even JSON: still a tool call from this session, audited with the body as received
-            # and the error code the caller gets (malformed_request, unsupported_media_type).
-            audit_rejected_call(
-                session=session,
-                event=AuditEvent.PROPOSAL_INVALID,
-                tool_name="",
-                raw_arguments=storable(getattr(request, "raw_body_text", "")),
-                error=storable({"code": error_code(error), "message": str(error.detail)}),
-            )
-            raise
-        tool_name = data.get("name") if isinstance(data, dict) else None
-        tool_name = tool_name if isinstance(tool_name, str) else ""
+        data = self.parsed_body(request)
         envelope = ToolCallSerializer(data=data)
         if not envelope.is_valid():
-            body = storable(
-                error_body("invalid_request", "The tool call envelope is malformed.", fields=envelope.errors)
-            )
-            audit_rejected_call(
-                session=session,
-                event=AuditEvent.PROPOSAL_INVALID,
-                tool_name=storable(tool_name),
-                raw_arguments=storable(raw_arguments_text(data.get("arguments") if isinstance(data, dict) else None)),
-                error=body["error"],
-            )
-            return Response(body, status=status.HTTP_400_BAD_REQUEST)
+            return answer_response(envelope_invalid(session=request.auth, data=data, errors=envelope.errors))
         answer = tool_call(
-            session=session,
-            tool_name=tool_name,
+            session=request.auth,
+            tool_name=envelope.validated_data["name"],
             arguments=envelope.validated_data["arguments"],
             call_id=envelope.validated_data.get("call_id"),
             idempotency_key=request.headers.get("Idempotency-Key"),
             base_url=self.base_url(),
         )
-        return Response(answer.body, status=answer.http_status)
+        return answer_response(answer)
 
-
-class PreviewWaitSerializer(StrictSerializer):
-    wait = StrictIntegerField(min_value=0, max_value=PREVIEW_WAIT_LIMIT, required=False)
+    def parsed_body(self, request: Request) -> Any:
+        """The parsed JSON body; a body that is not JSON is audited before the 400 or 415."""
+        try:
+            return request.data
+        except (ParseError, UnsupportedMediaType) as error:
+            raw_body = getattr(request, "raw_body_text", "")
+            body_unparsable(session=request.auth, raw_body=raw_body, code=error_code(error), message=str(error.detail))
+            raise
 
 
 def _query(request: Request, serializer: type[StrictSerializer]) -> dict[str, Any]:
@@ -209,22 +214,19 @@ def _query(request: Request, serializer: type[StrictSerializer]) -> dict[str, An
     return dict(parsed.validated_data)
 
 
+def _preview_uuid(preview_id: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(preview_id)
+    except ValueError as not_an_id:
+        raise Http404 from not_an_id
+
+
 class PreviewStatusView(AgentAPIView):
     @extend_schema(
         operation_id="get_preview",
-        parameters=[
-            PREVIEW_ID,
-            OpenApiParameter(
-                "wait",
-                {"type": "integer", "minimum": 0, "maximum": PREVIEW_WAIT_LIMIT},
-                required=False,
-                description="Long-poll: answer as soon as the status or outcome changes, or after this many "
-                "seconds (capped by the server, AGENT_PREVIEW_WAIT_MAX_SECONDS; ask again).",
-            ),
-            *AUTH_HEADERS,
-        ],
+        parameters=[PREVIEW_ID, PreviewWaitSerializer, *AUTH_HEADERS],
         responses={
-            200: OpenApiResponse(PREVIEW_ENVELOPE, description="The preview with its real status."),
+            200: OpenApiResponse(PreviewEnvelopeSerializer, description="The preview with its real status."),
             400: error_response("A malformed `wait`."),
             401: UNAUTHORIZED,
             404: error_response("No such preview of this person (the same answer for someone else's)."),
@@ -233,61 +235,25 @@ class PreviewStatusView(AgentAPIView):
     )
     def get(self, request: Request, preview_id: str) -> Response:
         query = _query(request, PreviewWaitSerializer)
-        try:
-            preview_uuid = uuid.UUID(preview_id)
-        except ValueError as not_an_id:
-            raise Http404 from not_an_id
-        preview = Preview.objects.filter(pk=preview_uuid, actor=request.user).first()
+        preview = Preview.objects.filter(pk=_preview_uuid(preview_id), actor=request.user).first()
         if preview is None:
             raise Http404
         preview = preview_refresh(preview=preview)
         waited = None
         if query.get("wait"):
             preview, waited = preview_wait_for_change(preview, query["wait"])
-        response = Response(preview_envelope(preview, base_url=self.base_url()))
+        response = Response(answer_data(preview_envelope(preview, base_url=self.base_url())))
         if waited is not None:
             response["Preview-Waited-Seconds"] = f"{waited:.1f}"
         return response
 
 
-class PreviewListSerializer(StrictSerializer):
-    status = StrictCharField(
-        required=False, max_length=400, help_text="Comma-separated statuses to keep, e.g. awaiting_customer,approved."
-    )
-    page = StrictIntegerField(min_value=1, max_value=100000, required=False)
-    page_size = StrictIntegerField(min_value=1, max_value=PREVIEW_PAGE_SIZE_MAX, required=False)
-
-    def validate_status(self, value: str) -> list[str]:
-        statuses = [part.strip() for part in value.split(",") if part.strip()]
-        unknown = sorted(set(statuses) - set(PreviewStatus.values))
-        if unknown or not statuses:
-            raise ValidationError(
-                f"Unknown status {', '.join(unknown) or value!r}; the statuses are {', '.join(PreviewStatus.values)}."
-            )
-        return statuses
-
-
 class PreviewListView(AgentAPIView):
     @extend_schema(
         operation_id="list_previews",
-        parameters=[
-            OpenApiParameter(
-                "status",
-                str,
-                required=False,
-                description="Comma-separated statuses to keep, e.g. `awaiting_customer,approved`.",
-            ),
-            OpenApiParameter("page", {"type": "integer", "minimum": 1, "maximum": 100000}, required=False),
-            OpenApiParameter(
-                "page_size",
-                {"type": "integer", "minimum": 1, "maximum": PREVIEW_PAGE_SIZE_MAX},
-                required=False,
-                description=f"Default {PREVIEW_PAGE_SIZE}.",
-            ),
-            *AUTH_HEADERS,
-        ],
+        parameters=[PreviewListSerializer, *AUTH_HEADERS],
         responses={
-            200: PREVIEW_PAGE,
+            200: PreviewPageSerializer,
             400: error_response("An unknown status or a malformed page."),
             401: UNAUTHORIZED,
             429: THROTTLED,
@@ -305,14 +271,13 @@ class PreviewListView(AgentAPIView):
             params["page"] = str(number)
             return request.build_absolute_uri(f"{request.path}?{params.urlencode()}")
 
-        return Response(
-            {
-                "results": [preview_envelope(preview, base_url=base_url) for preview in rows[:size]],
-                "page": page,
-                "next": link(page + 1) if len(rows) > size else None,
-                "previous": link(page - 1) if page > 1 else None,
-            }
-        )
+        body = {
+            "results": [preview_envelope(preview, base_url=base_url) for preview in rows[:size]],
+            "page": page,
+            "next": link(page + 1) if len(rows) > size else None,
+            "previous": link(page - 1) if page > 1 else None,
+        }
+        return Response(preview_page_data(body))
 
 
 class PreviewReceiptView(AgentAPIView):
@@ -332,27 +297,12 @@ class PreviewReceiptView(AgentAPIView):
         },
     )
     def get(self, request: Request, preview_id: str) -> Response:
-        try:
-            preview_uuid = uuid.UUID(preview_id)
-        except ValueError as not_an_id:
-            raise Http404 from not_an_id
-        preview = Preview.objects.filter(pk=preview_uuid, agent_session=request.auth).first()
+        preview = Preview.objects.filter(pk=_preview_uuid(preview_id), agent_session=request.auth).first()
         if preview is None:
             raise Http404
         if settings.CELERY_TASK_ALWAYS_EAGER:
             audit_seal()  # the embedded setup runs no sealer process: seal what is committed now
         return Response(preview_receipt(preview))
-
-
-class AgentSessionCreateSerializer(StrictSerializer):
-    tools = serializers.ListField(child=StrictCharField(max_length=64), required=False, allow_empty=False)
-    ttl_seconds = StrictIntegerField(min_value=60, max_value=30 * 24 * 3600, required=False)
-    label = StrictCharField(max_length=200, required=False, allow_blank=True)
-    webhook_url = StrictCharField(
-        max_length=2000,
-        required=False,
-        help_text="http(s) URL that receives every preview transition of this session (Standard Webhooks).",
-    )
 
 
 class AgentSessionCreateView(APIView):
@@ -364,17 +314,7 @@ class AgentSessionCreateView(APIView):
         operation_id="create_agent_session",
         request=AgentSessionCreateSerializer,
         responses={
-            201: inline_serializer(
-                "AgentSessionCreated",
-                fields={
-                    "token": serializers.CharField(help_text="Shown once; only its hash is stored."),
-                    "tools": serializers.ListField(child=serializers.CharField()),
-                    "expires_at": serializers.DateTimeField(),
-                    "webhook_secret": serializers.CharField(
-                        required=False, help_text="whsec_…: verifies the webhook's messages; shown once."
-                    ),
-                },
-            ),
+            201: AgentSessionCreatedSerializer,
             400: error_response("A malformed request, or a webhook URL that is not http(s)."),
             403: error_response("Not logged in, no CSRF token, or a tool this person may not use."),
             415: error_response("The body is not application/json."),
@@ -410,4 +350,4 @@ class AgentSessionCreateView(APIView):
         }
         if secret is not None:
             body["webhook_secret"] = secret
-        return Response(body, status=status.HTTP_201_CREATED)
+        return Response(AgentSessionCreatedSerializer(body).data, status=status.HTTP_201_CREATED)

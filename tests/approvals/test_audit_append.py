@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 
 from approvals.audit_seal import audit_seal
 from approvals.models import AuditEvent, AuditLeaf, AuditRecord, IdempotencyRecord, Preview
-from approvals.services import _audited_transaction, audit_record
+from approvals.services import audit_record, audited_transaction
 from tests.conftest import propose, seal_all
 
 
@@ -38,7 +38,7 @@ def test_an_audit_record_is_one_insert_of_its_own_row(db, alice):
 
 
 def test_records_roll_back_with_the_transaction_they_were_made_in(db, alice):
-    with pytest.raises(Rollback), _audited_transaction():
+    with pytest.raises(Rollback), audited_transaction():
         audit_record(event=AuditEvent.PROPOSED, actor=alice)
         raise Rollback
     assert not AuditRecord.objects.filter(actor=alice).exists()
@@ -89,13 +89,13 @@ def test_a_commit_that_fails_takes_the_whole_transaction_with_it(transactional_d
     alice = UserFactory(username="alice")
     missing = Preview(pk=uuid.uuid4(), action="refund_order", subject_type="order", subject_id="o-12")
 
-    with pytest.raises(IntegrityError), _audited_transaction():
+    with pytest.raises(IntegrityError), audited_transaction():
         audit_record(event=AuditEvent.PROPOSED, actor=alice, result={"n": 1})
         # Foreign keys are checked at COMMIT on PostgreSQL: this one fails there.
         audit_record(event=AuditEvent.PROPOSED, preview=missing, actor=alice)
 
     assert not AuditRecord.objects.filter(actor=alice).exists()
-    with _audited_transaction():  # the connection is usable again
+    with audited_transaction():  # the connection is usable again
         audit_record(event=AuditEvent.PROPOSED, actor=alice, result={"n": 2})
     seal_all()
     assert AuditLeaf.objects.filter(record__actor=alice).count() == 1 and _intact()
@@ -149,7 +149,7 @@ def test_two_audited_transactions_do_not_wait_for_each_other_and_a_late_commit_i
     errors: list[BaseException] = []
 
     def first():
-        with _audited_transaction():
+        with audited_transaction():
             audit_record(event=AuditEvent.PROPOSED, actor=alice, result={"who": "first"})
             first_appended.set()
             assert release_first.wait(20)
@@ -158,7 +158,7 @@ def test_two_audited_transactions_do_not_wait_for_each_other_and_a_late_commit_i
         assert first_appended.wait(20)
         with connection.cursor() as cursor:
             cursor.execute("SET lock_timeout = '5s'")
-        with _audited_transaction():
+        with audited_transaction():
             audit_record(event=AuditEvent.PROPOSED, actor=alice, result={"who": "second"})
         second_committed.set()
 
@@ -200,7 +200,7 @@ def test_many_concurrent_appenders_and_a_sealer_running_meanwhile_seal_every_rec
     def appender(n):
         def run():
             for i in range(15):
-                with _audited_transaction():
+                with audited_transaction():
                     audit_record(event=AuditEvent.PROPOSED, actor=alice, result={"n": n, "i": i})
 
         return run

@@ -9,9 +9,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from approvals.errors import TransientExecutionError
-from approvals.executions import preview_execute
 from approvals.models import ApprovalRole, AuditRecord, Preview, PreviewStatus
-from approvals.services import preview_approve
+from approvals.services import preview_approve, preview_execute
 from refunds.gateways import LocalGateway
 from refunds.models import LocalGatewayRefund, Order, Refund
 from tests.conftest import events, propose

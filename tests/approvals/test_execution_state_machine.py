@@ -8,8 +8,9 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from approvals import executions
-from approvals.executions import (
+from approvals.models import AuditRecord, Execution, Preview, PreviewStatus
+from approvals.presentation import STATE_WORDING, preview_message
+from approvals.services import (
     TRANSITIONS,
     IllegalTransition,
     Outcome,
@@ -18,10 +19,9 @@ from approvals.executions import (
     executions_dispatch_stalled,
     preview_execute,
     preview_status_for,
+    previews_expire_stale,
 )
-from approvals.models import AuditRecord, Execution, Preview, PreviewStatus
-from approvals.presentation import STATE_WORDING, preview_message
-from approvals.services import previews_expire_stale
+from approvals.services import execution as executions
 from refunds.models import LocalGatewayRefund, Order, Refund
 from tests.approvals.test_preview_execute import approve_held, make_preview
 from tests.conftest import events
@@ -167,7 +167,7 @@ def test_the_sweeper_publishes_only_lost_work_and_expired_leases(
     alice, o12, alice_agent, django_capture_on_commit_callbacks, monkeypatch
 ):
     published = []
-    monkeypatch.setattr(executions, "_dispatch", lambda preview_id: published.append(preview_id) or True)
+    monkeypatch.setattr(executions, "execution_dispatch", lambda preview_id: published.append(preview_id) or True)
     lost = make_preview(alice_agent, amount_minor=100)
     approve_held(lost, alice, django_capture_on_commit_callbacks)
     working = make_preview(alice_agent, amount_minor=200)
@@ -227,7 +227,7 @@ def test_an_effect_whose_recording_hits_a_constraint_is_kept_for_staff_and_not_r
 
     # Neither the sweeper nor the resolver runs it again by itself.
     published = []
-    monkeypatch.setattr(executions, "_dispatch", lambda preview_id: published.append(preview_id) or True)
+    monkeypatch.setattr(executions, "execution_dispatch", lambda preview_id: published.append(preview_id) or True)
     executions_dispatch_stalled(older_than_seconds=0)
     executions.executions_resolve_unknown(older_than_seconds=0)
     assert published == []

@@ -8,9 +8,9 @@ from django.test import Client
 from django.utils import timezone
 
 from approvals.errors import DecisionError
-from approvals.executions import _attempt_begin, preview_execute
 from approvals.models import AgentSession, ApprovalRole, AuditRecord, Preview, PreviewStatus
 from approvals.services import agent_sessions_revoke, preview_approve
+from approvals.services.execution import _attempt_begin, preview_execute
 from tests.conftest import agent_client_for, assert_nothing_moved, events, propose
 from tests.factories import OrderFactory, StaffFactory
 

@@ -176,7 +176,7 @@ def test_seed_demo_loads_the_seed_documents_shop_and_mints_a_working_token(db, c
 def test_seed_demo_runs_again_after_the_demo_was_used_and_mints_one_live_token(db, django_capture_on_commit_callbacks):
     """`make run` twice: the second seeding keeps the refund made in between (re-importing o-12 as
     unrefunded would contradict the ledger) and mints a fresh token, revoking the previous one."""
-    from approvals.executions import preview_execute
+    from approvals.services import preview_execute
     from tests.approvals.test_preview_execute import approve_held, make_preview
 
     first = StringIO()

@@ -3,9 +3,8 @@
 import pytest
 
 from approvals import transitions
-from approvals.executions import preview_execute
 from approvals.models import ApprovalRole
-from approvals.services import preview_approve, preview_decline
+from approvals.services import preview_approve, preview_decline, preview_execute
 from tests.approvals.test_preview_execute import make_preview
 
 

@@ -116,15 +116,14 @@ def test_each_approval_is_bound_to_the_digest(big_order, reviewer):
 
 def test_the_executor_refuses_a_quorum_short_of_approvals(big_order, reviewer, django_capture_on_commit_callbacks):
     """Were the status moved on without the approvals (a bug, a hand edit), the worker still checks."""
-    from approvals.executions import preview_execute
-    from approvals.services import _execution_open
+    from approvals.services import execution_open, preview_execute
 
     preview = confirmed(proposed(big_order.customer, big_order.number, 25000))
     staff_approve(preview, reviewer)
     preview.refresh_from_db()
     preview.status = PreviewStatus.APPROVED
     preview.save(update_fields=["status"])
-    _execution_open(preview)
+    execution_open(preview)
     preview_execute(preview_id=str(preview.pk), fencing_token=None, worker="test")
     preview.refresh_from_db()
     execution = Execution.objects.get(preview=preview)

@@ -4,8 +4,8 @@ preview and idempotency key and pays once; a policy failure cannot be retried.""
 import pytest
 
 from approvals.errors import TransientExecutionError
-from approvals.executions import execution_retry as preview_retry
 from approvals.models import AuditEvent, AuditRecord, Preview, PreviewStatus
+from approvals.services import execution_retry as preview_retry
 from approvals.tasks import MAX_EXECUTION_RETRIES, execute_preview
 from refunds.gateways import LocalGateway
 from refunds.models import LocalGatewayRefund, Order, Refund

@@ -22,7 +22,7 @@ def test_the_console_revokes_the_session_it_shows_not_every_session_sharing_its_
 
 
 def test_an_executed_refund_does_not_count_its_own_amount_twice(alice, o12, django_capture_on_commit_callbacks):
-    from approvals.executions import preview_execute
+    from approvals.services import preview_execute
 
     preview = make_preview(agent_client_for(alice), amount_minor=500)
     approve_held(preview, alice, django_capture_on_commit_callbacks)

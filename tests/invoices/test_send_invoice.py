@@ -6,9 +6,8 @@ import json
 
 import pytest
 
-from approvals.executions import preview_execute
 from approvals.models import Approval, ApprovalRole, AuditRecord, Preview, PreviewStatus
-from approvals.services import preview_approve
+from approvals.services import preview_approve, preview_execute
 from approvals.tasks import execute_preview
 from invoices.models import Delivery, Invoice, StandingApproval
 from tests.conftest import agent_client_for, execution_callbacks, propose

@@ -5,9 +5,8 @@ import pytest
 from django.db.models import Sum
 
 from approvals.errors import TransientExecutionError
-from approvals.executions import preview_execute
 from approvals.models import ApprovalRole, PreviewStatus
-from approvals.services import preview_approve
+from approvals.services import preview_approve, preview_execute
 from refunds.models import Order, Refund
 from tests.refunds.test_stripe_gateway import PI, make_preview
 

@@ -1,0 +1,273 @@
+"""Decisions on previews: a customer's confirmation or no, staff approval or rejection (with the quorum and
+four eyes), expiry of an approval window, and bringing a preview read for display up to date.
+
+An approval is bound to the digest the person saw and to the subject version. The last one missing opens
+the preview's execution and publishes it once the transaction commits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from .. import metrics, quorum
+from ..errors import DecisionError, ErrorCode
+from ..models import AWAITING_STATUSES, Approval, ApprovalRole, AuditEvent, Preview, PreviewStatus
+from ..registry import registry
+from ..rows import insert_rows, update_fields
+from ..transitions import preview_transitioned
+from .audit import audit_record, audited_transaction
+from .execution import execution_enqueue, execution_open
+from .locks import preview_lock, previews_lock, subject_lock
+from .previews import preview_mark, status_awaiting
+
+EXPIRE_BATCH_SIZE = 100
+
+
+# Expiry --------------------------------------------------------------------------------------
+
+
+def preview_expire_if_due(preview: Preview, *, now: Any = None) -> bool:
+    """Expire a preview still waiting for approval past its expiry. Call within a transaction."""
+    now = now or timezone.now()
+    if preview.status in AWAITING_STATUSES and preview.expires_at <= now:
+        preview_mark(
+            preview,
+            PreviewStatus.EXPIRED,
+            code=ErrorCode.EXPIRED,
+            reason="The preview expired before it was approved.",
+        )
+        audit_record(event=AuditEvent.EXPIRED, preview=preview, result={"expires_at": preview.expires_at.isoformat()})
+        return True
+    return False
+
+
+def previews_expire_stale(*, batch_size: int = EXPIRE_BATCH_SIZE) -> int:
+    """Expire every preview whose approval window has passed (the periodic sweeper), a small batch per
+    transaction, so that the previews are never held for the whole sweep."""
+    count = 0
+    while True:
+        with audited_transaction():
+            now = timezone.now()
+            stale = Preview.objects.filter(status__in=AWAITING_STATUSES, expires_at__lte=now)
+            batch = previews_lock(stale, skip_locked=True, limit=batch_size)
+            expired = sum(preview_expire_if_due(preview, now=now) for preview in batch)
+        count += expired
+        if len(batch) < batch_size:
+            return count
+
+
+def preview_refresh(*, preview: Preview) -> Preview:
+    """Bring a preview read for display up to date (an expired approval window)."""
+    if preview.status in AWAITING_STATUSES and preview.expires_at <= timezone.now():
+        with transaction.atomic():
+            locked = preview_lock(preview.pk)
+            if locked is None:
+                raise Preview.DoesNotExist(f"No preview {preview.pk}")
+            preview_expire_if_due(locked)
+        preview.refresh_from_db()
+    return preview
+
+
+# Approvals -----------------------------------------------------------------------------------
+
+
+def _quorum_facts(preview: Preview, role: str) -> dict[str, Any]:
+    if role != ApprovalRole.STAFF or preview.staff_approvals_needed == 1:
+        return {}
+    have, need = quorum.progress(preview)
+    return {"staff_approvals": have, "staff_approvals_needed": need}
+
+
+def approval_add(preview: Preview, *, approver: AbstractBaseUser, role: str, basis: str, event: AuditEvent) -> None:
+    """Record `approver`'s approval of the locked preview as it is now (its digest and subject version),
+    move its status on, audit it, and publish its execution once no approval is missing."""
+    approval = Approval(
+        preview=preview,
+        approver=approver,
+        role=role,
+        basis=basis,
+        digest=preview.digest,
+        subject_version=preview.subject_version,
+    )
+    insert_rows([approval])
+    approved_roles = quorum.approved_roles(preview, role)
+    previous = preview.status
+    preview.status = status_awaiting(preview.required_approvals, approved_roles)
+    update_fields(preview, ["status", "status_changed_at"])
+    preview_transitioned(preview, previous)
+    audit_record(
+        event=event,
+        preview=preview,
+        actor=approver,
+        approval_basis={
+            "role": role,
+            "digest": preview.digest,
+            "basis": basis,
+            "subject_version": preview.subject_version,
+        },
+        result={"status": preview.status, **_quorum_facts(preview, role)},
+    )
+    metrics.decision(preview, role=role, decision=event)
+    if preview.status == PreviewStatus.APPROVED:
+        execution_open(preview)
+        execution_enqueue(preview)
+
+
+def _decision_refused(preview: Preview, person: AbstractBaseUser, role: str, error: DecisionError) -> None:
+    audit_record(
+        event=AuditEvent.DECISION_REFUSED,
+        preview=preview,
+        actor=person,
+        result={"error": error.as_dict(), "role": role},
+    )
+    metrics.decision(preview, role=role, decision="refused", code=error.code)
+
+
+def _subject_current_error(preview: Preview, approver: AbstractBaseUser) -> DecisionError | None:
+    """Lock the subject (after the preview); when it changed since the preview, supersede the preview."""
+    action = registry.action(preview.action)
+    subject = subject_lock(action, preview) if action else None
+    if subject is not None and action.subject_version(subject) == preview.subject_version:
+        return None
+    preview_mark(
+        preview,
+        PreviewStatus.SUPERSEDED,
+        code=ErrorCode.SUBJECT_CHANGED,
+        reason="The order or invoice changed after this preview was made.",
+    )
+    audit_record(event=AuditEvent.SUPERSEDED, preview=preview, actor=approver)
+    return DecisionError(
+        "This preview is out of date: what it is about changed since it was made. Ask for a new one.",
+        code=ErrorCode.SUPERSEDED,
+    )
+
+
+def preview_approve(
+    *,
+    preview_id: Any,
+    approver: AbstractBaseUser,
+    role: ApprovalRole,
+    digest: str,
+    basis: str = "",
+) -> Preview:
+    """Record `approver`'s yes to exactly the preview they saw (its digest).
+
+    The customer role must be the preview's actor; the staff role must not be (four eyes).
+    Raises Preview.DoesNotExist for a preview this person may not see, DecisionError otherwise.
+    """
+    with audited_transaction():
+        # The customer may only confirm their own previews: someone else's is as if it did not exist.
+        owner = {"actor_id": approver.pk} if role == ApprovalRole.CUSTOMER else {}
+        preview = preview_lock(preview_id, **owner)
+        if preview is None:
+            raise Preview.DoesNotExist(f"No preview {preview_id} for {approver}")
+        error = decision_error(preview, approver=approver, role=role, digest=digest)
+        if error is None:
+            error = _subject_current_error(preview, approver)
+        if error is None:
+            event = AuditEvent.CONFIRMED if role == ApprovalRole.CUSTOMER else AuditEvent.APPROVED
+            approval_add(preview, approver=approver, role=role, basis=basis, event=event)
+        else:
+            _decision_refused(preview, approver, role, error)
+    if error is not None:
+        raise error
+    return preview
+
+
+def _preview_say_no(preview: Preview, person: AbstractBaseUser, role: ApprovalRole, digest: str, note: str) -> None:
+    if role == ApprovalRole.CUSTOMER:
+        reason = f"The customer declined: {note}" if note else "The customer declined."
+        preview_mark(preview, PreviewStatus.DECLINED, code=ErrorCode.DECLINED, reason=reason)
+        event = AuditEvent.DECLINED
+    else:
+        preview_mark(preview, PreviewStatus.REJECTED, code=ErrorCode.REJECTED, reason=note)
+        event = AuditEvent.REJECTED
+    audit_record(event=event, preview=preview, actor=person, result={"note": note, "digest": digest})
+    metrics.decision(preview, role=role, decision=event)
+
+
+def preview_decline(
+    *, preview_id: Any, person: AbstractBaseUser, role: ApprovalRole, digest: str, note: str = ""
+) -> Preview:
+    """The customer declines, or staff reject, the preview they saw."""
+    with audited_transaction():
+        owner = {"actor_id": person.pk} if role == ApprovalRole.CUSTOMER else {}
+        preview = preview_lock(preview_id, **owner)
+        if preview is None:
+            raise Preview.DoesNotExist(f"No preview {preview_id} for {person}")
+        error = decision_error(preview, approver=person, role=role, digest=digest, approving=False)
+        if error is None:
+            _preview_say_no(preview, person, role, digest, note)
+        else:
+            _decision_refused(preview, person, role, error)
+    if error is not None:
+        raise error
+    return preview
+
+
+# Who may decide ------------------------------------------------------------------------------
+
+
+def may_review(person: AbstractBaseUser, preview: Preview) -> bool:
+    """Whether `person` is active staff with the review permission of the preview's action."""
+    action = registry.action(preview.action)
+    permission = action.review_permission if action else "approvals.review_preview"
+    return bool(person.is_active and person.is_staff and person.has_perm(permission))
+
+
+def _status_error(preview: Preview, role: ApprovalRole) -> DecisionError | None:
+    """Why the preview is not waiting for this role's decision, or None."""
+    if preview.status == f"awaiting_{role}":
+        return None
+    if preview.status in (PreviewStatus.APPROVED, PreviewStatus.EXECUTED) or (
+        role == ApprovalRole.CUSTOMER and preview.status == PreviewStatus.AWAITING_STAFF
+    ):
+        return DecisionError("This preview was already approved.", code=ErrorCode.ALREADY_DECIDED)
+    return DecisionError(
+        f"This preview can no longer be decided: it is {preview.get_status_display().lower()}.",
+        code=ErrorCode.NOT_AWAITING_DECISION,
+    )
+
+
+def _staff_error(preview: Preview, approver: AbstractBaseUser, *, approving: bool) -> DecisionError | None:
+    """Why this staff member may not decide the preview (four eyes, permission, authorship, quorum)."""
+    if preview.actor_id == approver.pk:
+        return DecisionError(
+            "You proposed this action yourself; another staff member must review it.", code=ErrorCode.FOUR_EYES
+        )
+    if not may_review(approver, preview):
+        return DecisionError("You may not review this kind of action.", code=ErrorCode.NOT_A_REVIEWER)
+    if approving and preview.counter_author_id == approver.pk:
+        return DecisionError(
+            "You wrote this counter-proposal yourself; it counts as neither of the two eyes: "
+            "another staff member must review it.",
+            code=ErrorCode.COUNTER_AUTHOR,
+        )
+    if approving and preview.approvals.filter(role=ApprovalRole.STAFF, approver=approver).exists():
+        have, need = quorum.progress(preview)
+        return DecisionError(
+            f"You already approved this preview ({have} of {need}); it needs another staff member's approval.",
+            code=ErrorCode.ALREADY_APPROVED_BY_YOU,
+        )
+    return None
+
+
+def decision_error(
+    preview: Preview, *, approver: AbstractBaseUser, role: ApprovalRole, digest: str, approving: bool = True
+) -> DecisionError | None:
+    """Why this person cannot decide this preview now, or None. May expire the preview."""
+    if preview_expire_if_due(preview):
+        return DecisionError("This preview expired before it was approved.", code=ErrorCode.EXPIRED)
+    error = _status_error(preview, role)
+    if error is None and role == ApprovalRole.STAFF:
+        error = _staff_error(preview, approver, approving=approving)
+    if error is None and digest != preview.digest:
+        error = DecisionError(
+            "What you saw is not what this preview says now. Review it again before deciding.",
+            code=ErrorCode.DIGEST_MISMATCH,
+        )
+    return error

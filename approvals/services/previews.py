@@ -1,0 +1,67 @@
+"""A preview's own facts, shared by every service that changes one: its digest, the status its
+approvals put it in, a status change with its reason, and its approvals as the executor reads them."""
+
+from __future__ import annotations
+
+from functools import cache
+
+from django.db import connection
+
+from ..digests import digest_of
+from ..models import Approval, Preview, PreviewStatus
+from ..rows import update_fields
+from ..transitions import preview_transitioned
+
+
+def preview_digest(preview: Preview) -> str:
+    """What a person approves: every fact of the preview that decides what happens."""
+    return digest_of(
+        {
+            "id": str(preview.id),
+            "action": preview.action,
+            "actor": preview.actor_id,
+            "subject_type": preview.subject_type,
+            "subject_id": preview.subject_id,
+            "subject_version": preview.subject_version,
+            "payload": preview.payload,
+            "amount_minor": preview.amount_minor,
+            "currency": preview.currency,
+            "required_approvals": preview.required_approvals,
+            "expires_at": preview.expires_at.isoformat(),
+            # Only when set, so that the digests of earlier previews stay what they were.
+            **({"staff_approvals_needed": n} if (n := preview.staff_approvals_needed) != 1 else {}),
+            **({"counter_author": preview.counter_author_id} if preview.counter_author_id else {}),
+            **({"supersedes": str(preview.supersedes_id)} if preview.supersedes_id else {}),
+        }
+    )
+
+
+def status_awaiting(required: list[str], approved_roles: set[str]) -> PreviewStatus:
+    """The first role still to approve (`awaiting_<role>`), or approved."""
+    for role in required:
+        if role not in approved_roles:
+            return PreviewStatus(f"awaiting_{role}")
+    return PreviewStatus.APPROVED
+
+
+def preview_mark(preview: Preview, status: PreviewStatus, *, code: str = "", reason: str = "") -> None:
+    """Move a locked preview to `status` with its failure code and reason (blank for none)."""
+    previous = preview.status
+    preview.status = status
+    preview.failure_code = code
+    preview.failure_reason = reason
+    update_fields(preview, ["status", "failure_code", "failure_reason", "status_changed_at"])
+    preview_transitioned(preview, previous)
+
+
+@cache
+def _approvals_sql() -> str:
+    quote = connection.ops.quote_name
+    column = Approval._meta.get_field("preview").column
+    return f"SELECT * FROM {quote(Approval._meta.db_table)} WHERE {quote(column)} = %s"
+
+
+def approvals_of(preview: Preview) -> list[Approval]:
+    """`list(preview.approvals.all())`, with its SQL built once: every execution reads them."""
+    key = Preview._meta.pk.get_db_prep_value(preview.pk, connection)
+    return list(Approval.objects.raw(_approvals_sql(), [key]))

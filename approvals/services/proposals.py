@@ -1,0 +1,289 @@
+"""Proposals: an agent's tool call checked against trusted data and recorded as an immutable preview, or
+refused; the same pending proposal again answered with its preview; an Idempotency-Key answered once and
+replayed after. Calls refused before the policy (malformed, unknown or forbidden) are audited here too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError
+from django.utils import timezone
+
+from .. import metrics, quorum
+from ..digests import digest_of
+from ..errors import ApplicationError, ErrorCode, PolicyRefusal
+from ..limits import spend_limits_check
+from ..models import OPEN_STATUSES, AgentSession, ApprovalRole, AuditEvent, IdempotencyRecord, Preview
+from ..registry import Action, Proposal
+from ..rows import fetch_one, insert_rows, update_fields
+from ..transitions import preview_transitioned
+from .audit import audit_record, audited_transaction, with_call_id
+from .decisions import approval_add, preview_expire_if_due
+from .previews import preview_digest, status_awaiting
+
+
+@dataclass(frozen=True)
+class ProposalOutcome:
+    """`created` (201), `repeated` (200, the same pending proposal) or `refused` (422)."""
+
+    kind: str
+    preview: Preview | None = None
+    refusal: PolicyRefusal | None = None
+
+
+def proposal_audit_rejected(
+    *,
+    agent_session: AgentSession,
+    event: AuditEvent,
+    tool_name: str,
+    raw_arguments: str,
+    error: dict[str, Any],
+    call_id: str | None = None,
+) -> None:
+    """Audit a tool call that never reached the policy (malformed, unknown or forbidden tool)."""
+    metrics.proposal_rejected(tool_name, event=event, code=error.get("code", ""))
+    audit_record(
+        event=event,
+        actor=agent_session.user,
+        agent_session=agent_session,
+        action=tool_name[:64],
+        raw_arguments=raw_arguments,
+        result=with_call_id({"error": error}, call_id),
+    )
+
+
+# Previews ------------------------------------------------------------------------------------
+
+
+def proposal_key(action_name: str, actor_pk: Any, proposal: Proposal) -> str:
+    """Equal proposals (same action, actor, subject version and payload) share it."""
+    return digest_of(
+        {
+            "action": action_name,
+            "actor": actor_pk,
+            "subject_type": proposal.subject_type,
+            "subject_id": proposal.subject_id,
+            "subject_version": proposal.subject_version,
+            "payload": proposal.payload,
+        }
+    )
+
+
+def _preview_ttl_seconds(required_approvals: list[str]) -> int:
+    """A staff queue is worked in hours, not minutes: previews that need staff wait longer."""
+    if ApprovalRole.STAFF in required_approvals:
+        return max(settings.PREVIEW_TTL_SECONDS, settings.STAFF_REVIEW_TTL_SECONDS)
+    return settings.PREVIEW_TTL_SECONDS
+
+
+def preview_insert_or_twin(preview: Preview) -> Preview | None:
+    """Insert the preview, or return the open preview of the same proposal that is already there.
+
+    The partial unique index on open previews decides, also under a race: nearly every proposal is
+    new, so no lookup is made first, and the insert skips a conflicting row (ON CONFLICT DO NOTHING)
+    rather than failing, so that no savepoint is needed. A twin that expired is closed and the
+    insert tried again.
+    """
+    for _attempt in range(3):
+        if insert_rows([preview], skip_conflicts=True):
+            return None
+        twin = Preview.objects.filter(proposal_key=preview.proposal_key, status__in=OPEN_STATUSES).first()
+        if twin is not None and not preview_expire_if_due(twin):
+            return twin
+    raise IntegrityError(f"Preview {preview.pk} conflicts with a row that is not an open twin")
+
+
+def preview_build(
+    *, action_name: str, actor: AbstractBaseUser, agent_session: AgentSession | None, proposal: Proposal, **extra: Any
+) -> Preview:
+    """The unsaved preview of an accepted proposal: its approvals (with the quorum), status, expiry and
+    digest. `extra` carries fields of a particular origin (a counter-proposal's author)."""
+    required, staff_needed = quorum.apply_quorum(
+        action=action_name,
+        currency=proposal.currency,
+        amount_minor=proposal.amount_minor,
+        required=proposal.required_approvals,
+    )
+    preview = Preview(
+        action=action_name,
+        actor=actor,
+        agent_session=agent_session,
+        subject_type=proposal.subject_type,
+        subject_id=proposal.subject_id,
+        subject_version=proposal.subject_version,
+        payload=proposal.payload,
+        amount_minor=proposal.amount_minor,
+        currency=proposal.currency,
+        proposal_key=proposal_key(action_name, actor.pk, proposal),
+        required_approvals=required,
+        staff_approvals_needed=staff_needed,
+        status=status_awaiting(required, approved_roles=set()),
+        expires_at=timezone.now() + timedelta(seconds=_preview_ttl_seconds(required)),
+        **extra,
+    )
+    preview.digest = preview_digest(preview)
+    return preview
+
+
+# Submitting ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Call:
+    """Who proposes what, as the audit records it."""
+
+    agent_session: AgentSession | None
+    actor: AbstractBaseUser
+    action: Action
+    raw_arguments: str
+    call_id: str | None
+
+
+def _refused(
+    call: _Call, refusal: PolicyRefusal, *, subject_type: str, subject_id: str, result: dict
+) -> ProposalOutcome:
+    audit_record(
+        event=AuditEvent.PROPOSAL_REFUSED,
+        actor=call.actor,
+        agent_session=call.agent_session,
+        action=call.action.name,
+        subject_type=subject_type,
+        subject_id=subject_id,
+        raw_arguments=call.raw_arguments,
+        result=result,
+    )
+    metrics.proposal_refused(call.action.name, refusal.code)
+    return ProposalOutcome(kind="refused", refusal=refusal)
+
+
+def _over_limit(call: _Call, proposal: Proposal) -> PolicyRefusal | None:
+    """A spending limit this proposal would pass (approvals.limits, under row locks held until this
+    transaction commits). The same pending proposal again is answered with its preview, counted already."""
+    over_limit = spend_limits_check(
+        agent_session=call.agent_session,
+        actor=call.actor,
+        action=call.action,
+        amount_minor=proposal.amount_minor,
+        currency=proposal.currency,
+    )
+    if over_limit is None:
+        return None
+    key = proposal_key(call.action.name, call.actor.pk, proposal)
+    if Preview.objects.filter(proposal_key=key, status__in=OPEN_STATUSES).exists():
+        return None
+    return over_limit
+
+
+def _created(call: _Call, preview: Preview) -> ProposalOutcome:
+    audit_record(
+        event=AuditEvent.PROPOSED,
+        preview=preview,
+        actor=call.actor,
+        agent_session=call.agent_session,
+        raw_arguments=call.raw_arguments,
+        result=with_call_id({"status": preview.status, "digest": preview.digest}, call.call_id),
+    )
+    metrics.proposal_created(preview)
+    preview_transitioned(preview, "")
+    _apply_standing_grant(preview, call.action)
+    return ProposalOutcome(kind="created", preview=preview)
+
+
+def _repeated(call: _Call, existing: Preview) -> ProposalOutcome:
+    audit_record(
+        event=AuditEvent.PROPOSAL_REPEATED,
+        preview=existing,
+        actor=call.actor,
+        agent_session=call.agent_session,
+        raw_arguments=call.raw_arguments,
+        result=with_call_id({"status": existing.status}, call.call_id),
+    )
+    metrics.proposal_repeated(existing)
+    return ProposalOutcome(kind="repeated", preview=existing)
+
+
+@audited_transaction(savepoint=False)  # within idempotent_call's transaction, no savepoint of its own
+def proposal_submit(
+    *,
+    agent_session: AgentSession | None,
+    action: Action,
+    arguments: dict[str, Any],
+    raw_arguments: str,
+    actor: AbstractBaseUser | None = None,
+    call_id: str | None = None,
+) -> ProposalOutcome:
+    """Check the proposal against trusted data and record an immutable preview, or refuse it.
+
+    An agent proposes as its session's person. Without a session, staff propose for `actor` (a new
+    refund after the bank failed one); the caller audits who they are, and `actor` still confirms."""
+    actor = agent_session.user if agent_session is not None else actor
+    call = _Call(agent_session, actor, action, raw_arguments, call_id)
+    try:
+        proposal = action.propose(actor=actor, arguments=arguments)
+    except PolicyRefusal as refusal:
+        subject_id = str(arguments.get(action.subject_argument, ""))[:64]
+        result = with_call_id({"error": refusal.as_dict()}, call_id)
+        return _refused(call, refusal, subject_type="", subject_id=subject_id, result=result)
+    over_limit = _over_limit(call, proposal)
+    if over_limit is not None:
+        result = {"error": over_limit.as_dict()}
+        return _refused(
+            call, over_limit, subject_type=proposal.subject_type, subject_id=proposal.subject_id, result=result
+        )
+    preview = preview_build(action_name=action.name, actor=actor, agent_session=agent_session, proposal=proposal)
+    existing = preview_insert_or_twin(preview)
+    return _created(call, preview) if existing is None else _repeated(call, existing)
+
+
+def _apply_standing_grant(preview: Preview, action: Action) -> None:
+    """An approval given in advance for exactly this preview counts as that role's approval."""
+    grant = action.claim_standing_grant(preview)
+    if grant is not None:
+        approval_add(preview, approver=grant.approver, role=grant.role, basis=grant.basis, event=AuditEvent.APPROVED)
+
+
+# Idempotency ---------------------------------------------------------------------------------
+
+
+class IdempotencyConflict(ApplicationError):
+    code = ErrorCode.IDEMPOTENCY_KEY_REUSED
+
+
+def idempotent_call(
+    *,
+    agent_session: AgentSession,
+    key: str,
+    fingerprint: str,
+    run: Callable[[], tuple[int, dict[str, Any]]],
+    action: str = "",
+) -> tuple[int, dict[str, Any]]:
+    """Run `run` once per (session, key); replay its stored answer for the same request.
+
+    The key row is inserted first in the same transaction as the work, so a concurrent
+    request with the same key waits on the unique index and then replays the answer.
+    (Should that request roll back instead, this one's insert goes in and it does the work.)
+    """
+    with audited_transaction():
+        record = IdempotencyRecord(
+            agent_session=agent_session, key=key, request_fingerprint=fingerprint, response_status=0, response_body={}
+        )
+        if insert_rows([record], skip_conflicts=True):
+            status, body = run()
+            record.response_status, record.response_body = status, body
+            update_fields(record, ["response_status", "response_body"])
+            return status, body
+        # The key is taken: by a committed request, or by one this insert waited for until it committed.
+        record = fetch_one(IdempotencyRecord, agent_session_id=agent_session.pk, key=key)
+    if record.request_fingerprint != fingerprint:
+        raise IdempotencyConflict(
+            "This Idempotency-Key was already used with a different request body; use a new key for a new request.",
+        )
+    status = 200 if record.response_status == 201 else record.response_status
+    metrics.proposal_replayed(action, status)
+    return status, record.response_body
