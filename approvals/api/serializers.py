@@ -20,7 +20,7 @@ from rest_framework.exceptions import ValidationError
 
 from ..arguments import MAX_SAFE_MINOR, StrictCharField, StrictIntegerField, StrictSerializer
 from ..models import ApprovalRole, ExecutionOutcome, PreviewStatus
-from ..registry import registry
+from ..registry import Action, registry
 
 PREVIEW_WAIT_LIMIT = 60  # what a client may ask for; the server caps the wait lower (previews.py)
 PREVIEW_PAGE_SIZE = 20
@@ -162,12 +162,21 @@ def _camel(name: str) -> str:
     return "".join(part.capitalize() for part in name.split("_"))
 
 
-def _preview_serializer(name: str, arguments: type[serializers.Serializer]) -> serializers.Serializer:
-    """An action's preview: the engine's fields, the action's arguments echoed, amount and currency from
-    trusted data."""
+def _money_fields() -> dict[str, serializers.Field]:
+    return {
+        "amount_minor": serializers.IntegerField(
+            min_value=0, max_value=MAX_SAFE_MINOR, help_text="In the minor unit of `currency`."
+        ),
+        "currency": serializers.CharField(min_length=3, max_length=3, help_text="ISO 4217, always the subject's own."),
+    }
+
+
+def _preview_serializer(name: str, action: Action) -> serializers.Serializer:
+    """An action's preview: the engine's fields, the action's arguments echoed, and for an action that
+    proposes an amount (Action.proposes_amount) its amount and currency from trusted data."""
     echoed = {
         field_name: copy.deepcopy(field)
-        for field_name, field in arguments._declared_fields.items()
+        for field_name, field in action.arguments_serializer._declared_fields.items()
         if field_name not in {"amount_minor", "currency"}
     }
     return inline_serializer(
@@ -176,12 +185,7 @@ def _preview_serializer(name: str, arguments: type[serializers.Serializer]) -> s
             "id": serializers.UUIDField(),
             "action": serializers.ChoiceField(choices=[name]),
             **echoed,
-            "amount_minor": serializers.IntegerField(
-                min_value=0, max_value=MAX_SAFE_MINOR, help_text="In the minor unit of `currency`."
-            ),
-            "currency": serializers.CharField(
-                min_length=3, max_length=3, help_text="ISO 4217, always the subject's own."
-            ),
+            **(_money_fields() if action.proposes_amount else {}),
             "status": serializers.ChoiceField(choices=PreviewStatus.choices),
             "expires_at": serializers.DateTimeField(),
             "required_approvals": serializers.ListField(child=serializers.ChoiceField(choices=ApprovalRole.choices)),
@@ -198,10 +202,7 @@ def _preview_serializer(name: str, arguments: type[serializers.Serializer]) -> s
 
 def _preview_serializers() -> dict[str, serializers.Serializer]:
     """One preview shape per registered action (read when the schema is generated)."""
-    return {
-        name: _preview_serializer(name, action.arguments_serializer)
-        for name, action in sorted(registry.actions.items())
-    }
+    return {name: _preview_serializer(name, action) for name, action in sorted(registry.actions.items())}
 
 
 @extend_schema_field(

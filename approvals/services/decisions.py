@@ -137,7 +137,7 @@ def _subject_current_error(preview: Preview, approver: AbstractBaseUser) -> Deci
         preview,
         PreviewStatus.SUPERSEDED,
         code=ErrorCode.SUBJECT_CHANGED,
-        reason="The order or invoice changed after this preview was made.",
+        reason="What this preview is about changed after it was made.",
     )
     audit_record(event=AuditEvent.SUPERSEDED, preview=preview, actor=approver)
     return DecisionError(

@@ -394,7 +394,7 @@ def _checks_refusal(
 ) -> tuple[str, str, dict[str, Any]] | None:
     """Every check before a first effect, under the subject's lock: (code, reason, facts) or None."""
     if subject is None:
-        return ErrorCode.SUBJECT_UNAVAILABLE, "The order or invoice no longer exists.", {}
+        return ErrorCode.SUBJECT_UNAVAILABLE, "What this preview is about no longer exists.", {}
     if preview_digest(preview) != preview.digest:
         return ErrorCode.DIGEST_MISMATCH, "The preview does not match what was approved.", {}
     missing = _approvals_refusal(preview, approvals)
@@ -403,7 +403,7 @@ def _checks_refusal(
     if getattr(preview, "agent_session_revoked", False):
         return ErrorCode.AGENT_SESSION_REVOKED, AGENT_SESSION_REVOKED_REASON, {}
     if action.subject_version(subject) != preview.subject_version:
-        changed = "The order or invoice changed after this preview was approved; ask for a new one."
+        changed = "What this preview is about changed after it was approved; ask for a new one."
         return ErrorCode.SUBJECT_CHANGED, changed, {}
     if timezone.now() > execution.deadline:
         hours = settings.EXECUTION_DEADLINE_SECONDS // 3600
@@ -543,7 +543,9 @@ def _effect_record(
     action = attempt.action
     subject = subject_lock(action, preview)
     if subject is None:
-        raise ExecutionFailure("The order or invoice disappeared during execution.", code=ErrorCode.SUBJECT_UNAVAILABLE)
+        raise ExecutionFailure(
+            "What this preview is about disappeared during execution.", code=ErrorCode.SUBJECT_UNAVAILABLE
+        )
     result = action.record(preview=preview, subject=subject, effect=made)
     approvals = attempt.approvals if attempt.approvals is not None else approvals_of(preview)
     execution_transition(
