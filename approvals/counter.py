@@ -148,6 +148,7 @@ def preview_counter_propose(
             action = registry.action(old.action)
             try:
                 proposal = _counter_proposal(old, action, values)
+                assert action is not None, "_counter_proposal refuses a missing action"
                 new = _counter_insert(old, proposal, reviewer=reviewer, action_name=action.name)
             except DecisionError as refused:
                 error = refused

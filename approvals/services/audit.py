@@ -15,6 +15,7 @@ from django.db import transaction
 from ..audit_log import canonical_bytes
 from ..digests import canonical_json
 from ..models import AgentSession, AuditEvent, AuditRecord, Preview
+from ..types import stored_person
 
 
 def _json_normalized(value: Any) -> Any:
@@ -29,7 +30,7 @@ def _json_normalized(value: Any) -> Any:
 
 def audit_record(
     *,
-    event: AuditEvent,
+    event: AuditEvent | str,
     preview: Preview | None = None,
     actor: AbstractBaseUser | None = None,
     agent_session: AgentSession | None = None,
@@ -49,7 +50,7 @@ def audit_record(
     record = AuditRecord(
         event=event,
         preview=preview,
-        actor=actor,
+        actor=None if actor is None else stored_person(actor),
         agent_session=agent_session,
         action=action,
         subject_type=subject_type,

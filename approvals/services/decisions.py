@@ -19,6 +19,7 @@ from ..models import AWAITING_STATUSES, Approval, ApprovalRole, AuditEvent, Prev
 from ..registry import registry
 from ..rows import insert_rows, update_fields
 from ..transitions import preview_transitioned
+from ..types import stored_person
 from .audit import audit_record, audited_transaction
 from .execution import execution_enqueue, execution_open
 from .locks import preview_lock, previews_lock, subject_lock
@@ -87,7 +88,7 @@ def approval_add(preview: Preview, *, approver: AbstractBaseUser, role: str, bas
     move its status on, audit it, and publish its execution once no approval is missing."""
     approval = Approval(
         preview=preview,
-        approver=approver,
+        approver=stored_person(approver),
         role=role,
         basis=basis,
         digest=preview.digest,
@@ -131,7 +132,7 @@ def _subject_current_error(preview: Preview, approver: AbstractBaseUser) -> Deci
     """Lock the subject (after the preview); when it changed since the preview, supersede the preview."""
     action = registry.action(preview.action)
     subject = subject_lock(action, preview) if action else None
-    if subject is not None and action.subject_version(subject) == preview.subject_version:
+    if action is not None and subject is not None and action.subject_version(subject) == preview.subject_version:
         return None
     preview_mark(
         preview,
@@ -216,7 +217,8 @@ def may_review(person: AbstractBaseUser, preview: Preview) -> bool:
     """Whether `person` is active staff with the review permission of the preview's action."""
     action = registry.action(preview.action)
     permission = action.review_permission if action else "approvals.review_preview"
-    return bool(person.is_active and person.is_staff and person.has_perm(permission))
+    staff = stored_person(person)
+    return bool(staff.is_active and staff.is_staff and staff.has_perm(permission))
 
 
 def _status_error(preview: Preview, role: ApprovalRole) -> DecisionError | None:
@@ -247,7 +249,7 @@ def _staff_error(preview: Preview, approver: AbstractBaseUser, *, approving: boo
             "another staff member must review it.",
             code=ErrorCode.COUNTER_AUTHOR,
         )
-    if approving and preview.approvals.filter(role=ApprovalRole.STAFF, approver=approver).exists():
+    if approving and preview.approvals.filter(role=ApprovalRole.STAFF, approver=stored_person(approver)).exists():
         have, need = quorum.progress(preview)
         return DecisionError(
             f"You already approved this preview ({have} of {need}); it needs another staff member's approval.",

@@ -112,7 +112,7 @@ EXECUTION_FIELDS = [
     "updated_at",
 ]
 # The events existing readers of the audit know; every record also carries from/to, attempt and token.
-TRANSITION_EVENTS = {
+TRANSITION_EVENTS: dict[str, AuditEvent] = {
     Outcome.IN_PROGRESS: AuditEvent.EXECUTION_STARTED,
     Outcome.SUCCEEDED: AuditEvent.EXECUTED,
     Outcome.FAILED_AFTER_CHECK: AuditEvent.EXECUTION_FAILED,
@@ -535,9 +535,7 @@ def _attempt_recheck(attempt: _Attempt) -> bool:
         return attempt.subject is not None
 
 
-def _effect_record(
-    attempt: _Attempt, preview: Preview, execution: Execution, made: dict[str, Any] | None
-) -> list[Approval]:
+def _effect_record(attempt: _Attempt, preview: Preview, execution: Execution, made: dict[str, Any]) -> list[Approval]:
     """Record the made effect under the subject's lock and end the execution succeeded; the approvals
     it rested on."""
     action = attempt.action
@@ -807,7 +805,10 @@ def _retry_refusal(preview: Preview, execution: Execution | None, *, nothing_hap
     """Why staff cannot retry now, including an unknown effect the action cannot look up (a person must
     say what they found)."""
     error = execution_retry_refusal(preview, execution)
-    if error is None and execution.outcome == Outcome.EFFECT_UNKNOWN and not nothing_happened:
+    if error is not None:
+        return error
+    assert execution is not None, "execution_retry_refusal refuses a missing execution"
+    if execution.outcome == Outcome.EFFECT_UNKNOWN and not nothing_happened:
         action = registry.action(preview.action)
         if action is None or not action.can_look_up_effect:
             return DecisionError(
@@ -815,7 +816,7 @@ def _retry_refusal(preview: Preview, execution: Execution | None, *, nothing_hap
                 "(the mail server's log) and say what you found.",
                 code=ErrorCode.LOOKUP_UNAVAILABLE,
             )
-    return error
+    return None
 
 
 def _retry_go_on(preview: Preview, execution: Execution, staff: AbstractBaseUser, *, nothing_happened: bool) -> None:
@@ -852,6 +853,7 @@ def execution_retry(*, preview_id: Any, staff: AbstractBaseUser, nothing_happene
         execution = execution_row_lock(preview)
         error = _retry_refusal(preview, execution, nothing_happened=nothing_happened)
         if error is None:
+            assert execution is not None, "_retry_refusal refuses a missing execution"
             _retry_go_on(preview, execution, staff, nothing_happened=nothing_happened)
         else:
             audit_record(

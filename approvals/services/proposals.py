@@ -23,6 +23,7 @@ from ..models import OPEN_STATUSES, AgentSession, ApprovalRole, AuditEvent, Idem
 from ..registry import Action, Proposal
 from ..rows import fetch_one, insert_rows, update_fields
 from ..transitions import preview_transitioned
+from ..types import stored_person
 from .audit import audit_record, audited_transaction, with_call_id
 from .decisions import approval_add, preview_expire_if_due
 from .previews import preview_digest, status_awaiting
@@ -112,7 +113,7 @@ def preview_build(
     )
     preview = Preview(
         action=action_name,
-        actor=actor,
+        actor=stored_person(actor),
         agent_session=agent_session,
         subject_type=proposal.subject_type,
         subject_id=proposal.subject_id,
@@ -223,6 +224,7 @@ def proposal_submit(
     An agent proposes as its session's person. Without a session, staff propose for `actor` (a new
     refund after the bank failed one); the caller audits who they are, and `actor` still confirms."""
     actor = agent_session.user if agent_session is not None else actor
+    assert actor is not None, "a proposal without an agent session names its actor"
     call = _Call(agent_session, actor, action, raw_arguments, call_id)
     try:
         proposal = action.propose(actor=actor, arguments=arguments)
@@ -279,7 +281,9 @@ def idempotent_call(
             update_fields(record, ["response_status", "response_body"])
             return status, body
         # The key is taken: by a committed request, or by one this insert waited for until it committed.
-        record = fetch_one(IdempotencyRecord, agent_session_id=agent_session.pk, key=key)
+        taken = fetch_one(IdempotencyRecord, agent_session_id=agent_session.pk, key=key)
+        assert taken is not None, "the insert skipped a conflict with this committed row"
+        record = taken
     if record.request_fingerprint != fingerprint:
         raise IdempotencyConflict(
             "This Idempotency-Key was already used with a different request body; use a new key for a new request.",

@@ -17,6 +17,7 @@ from ..errors import ApplicationError, ErrorCode
 from ..models import OPEN_STATUSES, AgentSession, AuditEvent, Execution, Preview, PreviewStatus
 from ..registry import registry
 from ..rows import fetch_one
+from ..types import stored_person
 from .audit import audit_record, audited_transaction
 from .execution import AGENT_SESSION_REVOKED_REASON, Outcome, execution_transition
 from .locks import agent_sessions_lock, person_lock, previews_lock
@@ -41,7 +42,9 @@ def _tools_check(user: AbstractBaseUser, tools: list[str]) -> None:
 def _live_sessions_check(user: AbstractBaseUser) -> None:
     """Refuse a mint past AGENT_SESSIONS_PER_USER_MAX; the person's row is locked by the caller, so that
     concurrent mints are counted one after the other."""
-    live = AgentSession.objects.filter(user=user, revoked_at__isnull=True, expires_at__gt=timezone.now()).count()
+    live = AgentSession.objects.filter(
+        user=stored_person(user), revoked_at__isnull=True, expires_at__gt=timezone.now()
+    ).count()
     limit = settings.AGENT_SESSIONS_PER_USER_MAX
     if live >= limit:
         raise ApplicationError(
@@ -72,7 +75,7 @@ def agent_session_create(
     session = AgentSession.objects.create(
         token_hash=agent_token_hash(token),
         token_prefix=token[:12],
-        user=user,
+        user=stored_person(user),
         tools=sorted(set(tools)),
         label=label,
         expires_at=timezone.now() + timedelta(seconds=ttl),
