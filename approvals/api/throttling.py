@@ -65,7 +65,8 @@ class AgentSessionThrottle(SimpleRateThrottle):
         if self.key is None:
             return True
         self.now = self.timer()
-        script = _sliding_window_script(backend._servers[0])  # type: ignore[attr-defined]  # Django's RedisCache keeps its locations there  # the primary, which Django's client writes to
+        # The primary, which Django's client writes to; RedisCache keeps its locations in `_servers`.
+        script = _sliding_window_script(backend._servers[0])  # type: ignore[attr-defined]  # private, not in the stubs
         allowed, oldest = script(
             keys=[backend.make_and_validate_key(self.key)],
             args=[repr(self.now), self.duration, self.num_requests, f"{self.now!r}:{secrets.token_hex(6)}"],
