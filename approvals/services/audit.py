@@ -7,15 +7,16 @@ signed Merkle tree once it has committed.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
 from ..audit_log import canonical_bytes
 from ..digests import canonical_json
 from ..models import AgentSession, AuditEvent, AuditRecord, Preview
-from ..types import stored_person
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 
 def _json_normalized(value: Any) -> Any:
@@ -32,7 +33,7 @@ def audit_record(
     *,
     event: AuditEvent | str,
     preview: Preview | None = None,
-    actor: AbstractBaseUser | None = None,
+    actor: User | None = None,
     agent_session: AgentSession | None = None,
     action: str = "",
     subject_type: str = "",
@@ -50,7 +51,7 @@ def audit_record(
     record = AuditRecord(
         event=event,
         preview=preview,
-        actor=None if actor is None else stored_person(actor),
+        actor=actor,
         agent_session=agent_session,
         action=action,
         subject_type=subject_type,

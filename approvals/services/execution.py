@@ -31,10 +31,9 @@ import os
 import socket
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
@@ -73,6 +72,9 @@ from .locks import (
     subject_lock,
 )
 from .previews import approvals_of, preview_digest
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 logger = logging.getLogger(__name__)
 
@@ -190,7 +192,7 @@ def execution_enqueue(preview: Preview) -> None:
 # The one transition function ----------------------------------------------------------------------
 
 
-def _transition_refusal(execution: Execution, to: str, token: int | None, actor: AbstractBaseUser | None) -> None:
+def _transition_refusal(execution: Execution, to: str, token: int | None, actor: User | None) -> None:
     """Raise FencedOff for a stale token, IllegalTransition for a move the table does not allow."""
     before = execution.outcome
     if token is not None and token != execution.fencing_token:
@@ -289,7 +291,7 @@ def execution_transition(
     detail: str = "",
     effect: dict[str, Any] | None = None,
     result: dict[str, Any] | None = None,
-    actor: AbstractBaseUser | None = None,
+    actor: User | None = None,
     approval_basis: dict[str, Any] | None = None,
     lease_owner: str = "",
     lease_seconds: float | None = None,
@@ -819,7 +821,7 @@ def _retry_refusal(preview: Preview, execution: Execution | None, *, nothing_hap
     return None
 
 
-def _retry_go_on(preview: Preview, execution: Execution, staff: AbstractBaseUser, *, nothing_happened: bool) -> None:
+def _retry_go_on(preview: Preview, execution: Execution, staff: User, *, nothing_happened: bool) -> None:
     """Start again (with every check) or let the resolver / a new recording run, and publish an attempt."""
     metrics.execution_retried(preview, trigger="staff")
     facts = {
@@ -835,7 +837,7 @@ def _retry_go_on(preview: Preview, execution: Execution, staff: AbstractBaseUser
     execution_enqueue(preview)
 
 
-def execution_retry(*, preview_id: Any, staff: AbstractBaseUser, nothing_happened: bool = False) -> Preview:
+def execution_retry(*, preview_id: Any, staff: User, nothing_happened: bool = False) -> Preview:
     """Staff ask an execution that needs attention to go on, with the same preview and idempotency key:
 
     * refused before any effect (the gateway was not usable): it starts again, and every check runs;

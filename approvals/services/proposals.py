@@ -8,10 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError
 from django.utils import timezone
 
@@ -23,10 +22,12 @@ from ..models import OPEN_STATUSES, AgentSession, ApprovalRole, AuditEvent, Idem
 from ..registry import Action, Proposal
 from ..rows import fetch_one, insert_rows, update_fields
 from ..transitions import preview_transitioned
-from ..types import stored_person
 from .audit import audit_record, audited_transaction, with_call_id
 from .decisions import approval_add, preview_expire_if_due
 from .previews import preview_digest, status_awaiting
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ def preview_insert_or_twin(preview: Preview) -> Preview | None:
 
 
 def preview_build(
-    *, action_name: str, actor: AbstractBaseUser, agent_session: AgentSession | None, proposal: Proposal, **extra: Any
+    *, action_name: str, actor: User, agent_session: AgentSession | None, proposal: Proposal, **extra: Any
 ) -> Preview:
     """The unsaved preview of an accepted proposal: its approvals (with the quorum), status, expiry and
     digest. `extra` carries fields of a particular origin (a counter-proposal's author)."""
@@ -113,7 +114,7 @@ def preview_build(
     )
     preview = Preview(
         action=action_name,
-        actor=stored_person(actor),
+        actor=actor,
         agent_session=agent_session,
         subject_type=proposal.subject_type,
         subject_id=proposal.subject_id,
@@ -140,7 +141,7 @@ class _Call:
     """Who proposes what, as the audit records it."""
 
     agent_session: AgentSession | None
-    actor: AbstractBaseUser
+    actor: User
     action: Action
     raw_arguments: str
     call_id: str | None
@@ -216,7 +217,7 @@ def proposal_submit(
     action: Action,
     arguments: dict[str, Any],
     raw_arguments: str,
-    actor: AbstractBaseUser | None = None,
+    actor: User | None = None,
     call_id: str | None = None,
 ) -> ProposalOutcome:
     """Check the proposal against trusted data and record an immutable preview, or refuse it.
