@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import logging
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
 from . import metrics
@@ -30,6 +29,9 @@ from .services import (
 )
 from .services.locks import preview_lock
 from .transitions import preview_transitioned
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +73,7 @@ def _counter_proposal(old: Preview, action: Action | None, values: dict[str, str
     return proposal
 
 
-def _counter_insert(old: Preview, proposal: Proposal, *, reviewer: AbstractBaseUser, action_name: str) -> Preview:
+def _counter_insert(old: Preview, proposal: Proposal, *, reviewer: User, action_name: str) -> Preview:
     """Insert the counter-proposal's preview; raises DecisionError when the same one already waits."""
     new = preview_build(
         action_name=action_name,
@@ -89,7 +91,7 @@ def _counter_insert(old: Preview, proposal: Proposal, *, reviewer: AbstractBaseU
     return new
 
 
-def _counter_recorded(old: Preview, new: Preview, *, reviewer: AbstractBaseUser, digest: str, values: dict) -> None:
+def _counter_recorded(old: Preview, new: Preview, *, reviewer: User, digest: str, values: dict) -> None:
     """Audit the new preview, supersede the old one (pointing to it), and ask the customer again."""
     audit_record(
         event=AuditEvent.PROPOSED,
@@ -120,7 +122,7 @@ def _counter_recorded(old: Preview, new: Preview, *, reviewer: AbstractBaseUser,
     metrics.decision(old, role=ApprovalRole.STAFF, decision=COUNTER_PROPOSED)
 
 
-def _counter_refused(old: Preview, reviewer: AbstractBaseUser, error: DecisionError, values: dict) -> None:
+def _counter_refused(old: Preview, reviewer: User, error: DecisionError, values: dict) -> None:
     audit_record(
         event=AuditEvent.DECISION_REFUSED,
         preview=old,
@@ -130,9 +132,7 @@ def _counter_refused(old: Preview, reviewer: AbstractBaseUser, error: DecisionEr
     metrics.decision(old, role=ApprovalRole.STAFF, decision="refused", code=error.code)
 
 
-def preview_counter_propose(
-    *, preview_id: Any, reviewer: AbstractBaseUser, digest: str, values: dict[str, str]
-) -> Preview:
+def preview_counter_propose(*, preview_id: Any, reviewer: User, digest: str, values: dict[str, str]) -> Preview:
     """Replace the preview the reviewer saw (its digest) by the reviewer's counter-proposal.
 
     Raises Preview.DoesNotExist when there is no such preview, DecisionError when the reviewer may not
@@ -148,6 +148,7 @@ def preview_counter_propose(
             action = registry.action(old.action)
             try:
                 proposal = _counter_proposal(old, action, values)
+                assert action is not None, "_counter_proposal refuses a missing action"
                 new = _counter_insert(old, proposal, reviewer=reviewer, action_name=action.name)
             except DecisionError as refused:
                 error = refused

@@ -365,7 +365,8 @@ class _Throttled:
 def _throttle_wait(session: AgentSession) -> float | None:
     for throttle_class in (AgentSessionThrottle, AgentUserThrottle):
         throttle = throttle_class()
-        if not throttle.allow_request(_Throttled(session), None):
+        # The throttles read only request.auth of a request; this endpoint has no DRF request or view.
+        if not throttle.allow_request(_Throttled(session), None):  # type: ignore[arg-type]  # a stand-in request
             return throttle.wait()
     return None
 
@@ -383,7 +384,8 @@ def mcp_endpoint(request: HttpRequest) -> HttpResponse:
         # servers to refuse foreign origins all the same.
         return JsonResponse(error_body(ErrorCode.BAD_ORIGIN, "Cross-origin requests are not accepted."), status=403)
     try:
-        authenticated = AgentTokenAuthentication().authenticate(request)
+        # It reads only the Authorization header, which Django's request carries as DRF's does.
+        authenticated = AgentTokenAuthentication().authenticate(request)  # type: ignore[arg-type]  # a Django request
     except exceptions.AuthenticationFailed as failure:
         return _unauthorized(str(failure.detail))
     if authenticated is None:

@@ -4,21 +4,21 @@ bulk decisions (each preview decided on its own, bound to its own digest, audite
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
 from .errors import DecisionError, ErrorCode
 from .models import ApprovalRole, AuditEvent, Preview, PreviewStatus, ReviewClaim
 from .services import audit_record, may_review, preview_approve, preview_decline
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
 # Claims ------------------------------------------------------------------------------------------
 
 
-def preview_claim(
-    *, preview: Preview, reviewer: AbstractBaseUser, by: AbstractBaseUser | None = None, take_over: bool = False
-) -> ReviewClaim:
+def preview_claim(*, preview: Preview, reviewer: User, by: User | None = None, take_over: bool = False) -> ReviewClaim:
     """`reviewer` works this preview (assigned to them when `by` is someone else). A preview another
     reviewer claimed is only taken over when asked for (`take_over`), and that is audited."""
     by = by or reviewer
@@ -56,7 +56,7 @@ def preview_claim(
     return claim
 
 
-def preview_release(*, preview: Preview, reviewer: AbstractBaseUser) -> bool:
+def preview_release(*, preview: Preview, reviewer: User) -> bool:
     """Give a claimed preview back to the queue; False when there was no claim."""
     with transaction.atomic():
         claim = ReviewClaim.objects.select_for_update().select_related("claimed_by").filter(preview=preview).first()
@@ -91,7 +91,7 @@ class BulkResult:
 
 
 def previews_decide_many(
-    *, reviewer: AbstractBaseUser, items: list[BulkItem], decision: str, note: str = "", allowed: Any = None
+    *, reviewer: User, items: list[BulkItem], decision: str, note: str = "", allowed: Any = None
 ) -> list[BulkResult]:
     """Approve (`decision="approve"`) or reject every item, one at a time: each in its own transaction
     with its own audit record, each bound to the digest the page carried. One that changed since the

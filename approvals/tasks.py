@@ -11,8 +11,9 @@ import random
 import time
 import urllib.error
 import urllib.request
+from typing import Any
 
-from celery import shared_task
+from celery import Task, shared_task
 
 from . import metrics, notifications, services
 from .audit_seal import checkpoint_webhook_request
@@ -26,13 +27,14 @@ RETRY_BACKOFF_MAX_SECONDS = 600
 
 
 @shared_task(name=EXECUTE_PREVIEW, bind=True, acks_late=True, max_retries=MAX_EXECUTION_RETRIES)
-def execute_preview(self, preview_id: str, fencing_token: int | None = None, **kwargs) -> None:  # type: ignore[no-untyped-def]
+def execute_preview(self: Task, preview_id: str, fencing_token: int | None = None, **kwargs: Any) -> None:
     """One attempt. A retry carries the fencing token of the attempt that scheduled it, so only the
     chain that holds the lease goes on; a duplicate or a redelivered message finds the lease taken."""
     worker = f"{self.request.hostname or 'local'}:{os.getpid()}:{self.request.id}"
     try:
         services.preview_execute(preview_id=preview_id, fencing_token=fencing_token, worker=worker)
     except TransientExecutionError as error:
+        assert self.max_retries is not None, "set by the task's decorator"
         gives_up = self.request.retries >= self.max_retries
         # Exponential backoff with full jitter; the idempotency key makes each retry safe.
         countdown = (
@@ -46,29 +48,29 @@ def execute_preview(self, preview_id: str, fencing_token: int | None = None, **k
         if self.request.is_eager:
             # No broker to schedule a retry on (the embedded demo): retry right away, in-process.
             self.apply(
-                args=[preview_id], kwargs={"fencing_token": error.fencing_token}, retries=self.request.retries + 1
+                args=(preview_id,), kwargs={"fencing_token": error.fencing_token}, retries=self.request.retries + 1
             )
             return
         raise self.retry(exc=error, countdown=countdown, kwargs={"fencing_token": error.fencing_token}) from error
 
 
 @shared_task(name="approvals.expire_previews")
-def expire_previews(**kwargs) -> int:  # type: ignore[no-untyped-def]
+def expire_previews(**kwargs: Any) -> int:
     return services.previews_expire_stale()
 
 
 @shared_task(name="approvals.dispatch_stalled_previews")
-def dispatch_stalled_previews(**kwargs) -> int:  # type: ignore[no-untyped-def]
+def dispatch_stalled_previews(**kwargs: Any) -> int:
     return services.executions_dispatch_stalled()
 
 
 @shared_task(name="approvals.resolve_unknown_executions")
-def resolve_unknown_executions(**kwargs) -> int:  # type: ignore[no-untyped-def]
+def resolve_unknown_executions(**kwargs: Any) -> int:
     return services.executions_resolve_unknown()
 
 
 @shared_task(name=DELIVER_AUDIT_CHECKPOINT, bind=True, max_retries=5, ignore_result=True)
-def deliver_audit_checkpoint(self, url: str, checkpoint: dict, **kwargs) -> None:  # type: ignore[no-untyped-def]
+def deliver_audit_checkpoint(self: Task, url: str, checkpoint: dict[str, Any], **kwargs: Any) -> None:
     """POST one signed tree head to a checkpoint witness (Standard Webhooks), retried with backoff."""
     body, headers = checkpoint_webhook_request(url, checkpoint)
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
@@ -77,6 +79,7 @@ def deliver_audit_checkpoint(self, url: str, checkpoint: dict, **kwargs) -> None
         with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310 - configured https URLs
             response.read()
     except (urllib.error.URLError, OSError) as error:
+        assert self.max_retries is not None, "set by the task's decorator"
         will_retry = not (self.request.is_eager or self.request.retries >= self.max_retries)
         if isinstance(error, urllib.error.HTTPError):
             reason = "http_4xx" if error.code < 500 else "http_5xx"
@@ -93,7 +96,7 @@ def deliver_audit_checkpoint(self, url: str, checkpoint: dict, **kwargs) -> None
 
 
 @shared_task(name="approvals.notify_reviewers")
-def notify_reviewers(**kwargs) -> dict:  # type: ignore[no-untyped-def]
+def notify_reviewers(**kwargs: Any) -> dict[str, Any]:
     report = notifications.notify_reviewers()
     return {
         "emails": report.emails,
@@ -104,5 +107,5 @@ def notify_reviewers(**kwargs) -> dict:  # type: ignore[no-untyped-def]
 
 
 @shared_task(name=NOTIFY_COUNTER_PROPOSAL)
-def notify_counter_proposal(preview_id: str, **kwargs) -> bool:  # type: ignore[no-untyped-def]
+def notify_counter_proposal(preview_id: str, **kwargs: Any) -> bool:
     return notifications.counter_proposal_email(preview_id)

@@ -162,7 +162,9 @@ def _action_or_refusal(call: _Call) -> tuple[Action | None, CallAnswer | None]:
     return action, None
 
 
-def _arguments_or_refusal(call: _Call, action: Action, arguments: Any) -> tuple[Any, dict | None, CallAnswer | None]:
+def _arguments_or_refusal(
+    call: _Call, action: Action, arguments: Any
+) -> tuple[Any, dict[str, Any] | None, CallAnswer | None]:
     """The arguments as sent (a string parsed strictly), and as the action's serializer validated them."""
     invalid = AuditEvent.PROPOSAL_INVALID, ErrorCode.INVALID_ARGUMENTS
     if isinstance(arguments, str):
@@ -188,10 +190,13 @@ def _propose(call: _Call, action: Action, validated: dict[str, Any], base_url: s
         raw_arguments=call.raw_arguments,
         call_id=call.call_id,
     )
+    http_status: int
     if outcome.kind == "refused":
+        assert outcome.refusal is not None, "a refused outcome carries its refusal"
         body = error_body(**outcome.refusal.as_dict())
         http_status = status.HTTP_422_UNPROCESSABLE_ENTITY
     else:
+        assert outcome.preview is not None, "a created or repeated outcome carries its preview"
         body = preview_envelope(outcome.preview, base_url=base_url)
         http_status = status.HTTP_201_CREATED if outcome.kind == "created" else status.HTTP_200_OK
     if call.call_id is not None:
@@ -240,9 +245,11 @@ def tool_call(
     action, refusal = _action_or_refusal(call)
     if refusal is not None:
         return refusal
+    assert action is not None, "_action_or_refusal gives an action or a refusal"
     arguments, validated, refusal = _arguments_or_refusal(call, action, arguments)
     if refusal is not None:
         return refusal
+    assert validated is not None, "_arguments_or_refusal gives the validated arguments or a refusal"
 
     def propose() -> tuple[int, dict[str, Any]]:
         return _propose(call, action, validated, base_url)

@@ -56,8 +56,9 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
     facts: dict[str, Any] = {}
     if isinstance(exc, exceptions.ValidationError):
         facts["fields"] = exc.detail
-    if isinstance(exc, exceptions.Throttled) and exc.wait is not None:
-        facts["retry_after_seconds"] = max(int(exc.wait), 1)  # DRF rounded it up; the same as Retry-After
+    wait = getattr(exc, "wait", None) if isinstance(exc, exceptions.Throttled) else None  # set by its __init__
+    if wait is not None:
+        facts["retry_after_seconds"] = max(int(wait), 1)  # DRF rounded it up; the same as Retry-After
     detail = exc.detail if isinstance(exc, exceptions.APIException) else str(exc)
     response.data = error_body(code, _message(detail), **facts)
     return response

@@ -11,16 +11,19 @@ through as they are.
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from drf_spectacular.extensions import OpenApiSerializerExtension
-from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field, inline_serializer
+from drf_spectacular.utils import Direction, PolymorphicProxySerializer, extend_schema_field, inline_serializer
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 
 from ..arguments import MAX_SAFE_MINOR, StrictCharField, StrictIntegerField, StrictSerializer
 from ..models import ApprovalRole, ExecutionOutcome, PreviewStatus
 from ..registry import Action, registry
+
+if TYPE_CHECKING:
+    from drf_spectacular.openapi import AutoSchema
 
 PREVIEW_WAIT_LIMIT = 60  # what a client may ask for; the server caps the wait lower (previews.py)
 PREVIEW_PAGE_SIZE = 20
@@ -33,7 +36,7 @@ class StrictSerializerScheme(OpenApiSerializerExtension):
     target_class = "approvals.arguments.StrictSerializer"
     match_subclasses = True
 
-    def map_serializer(self, auto_schema, direction):  # type: ignore[no-untyped-def]
+    def map_serializer(self, auto_schema: AutoSchema, direction: Direction) -> dict[str, Any]:
         schema = auto_schema._map_basic_serializer(self.target, direction)
         schema["additionalProperties"] = False
         return schema
@@ -114,7 +117,9 @@ class PreviewListSerializer(StrictSerializer):
 class AgentSessionCreateSerializer(StrictSerializer):
     tools = serializers.ListField(child=StrictCharField(max_length=64), required=False, allow_empty=False)
     ttl_seconds = StrictIntegerField(min_value=60, max_value=30 * 24 * 3600, required=False)
-    label = StrictCharField(max_length=200, required=False, allow_blank=True)
+    label = StrictCharField(  # type: ignore[assignment]  # the session's label, not Field.label
+        max_length=200, required=False, allow_blank=True
+    )
     webhook_url = StrictCharField(
         max_length=2000,
         required=False,
@@ -130,7 +135,9 @@ class ErrorSerializer(serializers.Serializer):
 
     code = serializers.CharField(help_text="Stable machine-readable code, e.g. amount_exceeds_remaining.")
     message = serializers.CharField(help_text="For people and models; states the rule and the numbers.")
-    fields = serializers.JSONField(required=False, help_text="Per-field problems of a malformed envelope or arguments.")
+    fields = serializers.JSONField(  # type: ignore[assignment]  # the error's field, not Serializer.fields
+        required=False, help_text="Per-field problems of a malformed envelope or arguments."
+    )
     retry_after_seconds = serializers.IntegerField(
         required=False, min_value=1, help_text="Throttled: seconds until the next call is accepted."
     )
@@ -200,7 +207,7 @@ def _preview_serializer(name: str, action: Action) -> serializers.Serializer:
     )
 
 
-def _preview_serializers() -> dict[str, serializers.Serializer]:
+def _preview_serializers() -> dict[str, serializers.Serializer[Any] | type[serializers.Serializer[Any]]]:
     """One preview shape per registered action (read when the schema is generated)."""
     return {name: _preview_serializer(name, action) for name, action in sorted(registry.actions.items())}
 

@@ -2,12 +2,18 @@ from __future__ import annotations
 
 import secrets
 from functools import cache as once
+from typing import TYPE_CHECKING, cast
 
 import redis
 from django.conf import settings
 from django.core.cache import caches
 from django.core.cache.backends.redis import RedisCache
+from rest_framework.request import Request
 from rest_framework.throttling import SimpleRateThrottle
+from rest_framework.views import APIView
+
+if TYPE_CHECKING:
+    from ..models import AgentSession
 
 # DRF's sliding window (drop the calls older than the window, refuse at the limit, else record this
 # call) as one Redis command: DRF's own throttle reads and writes the whole history through the cache,
@@ -38,16 +44,20 @@ class AgentSessionThrottle(SimpleRateThrottle):
 
     scope = "agent"
     oldest_that_counts: float | None = None
+    # Set by SimpleRateThrottle.__init__ from the rate (parse_rate); read only when there is a rate.
+    num_requests: int
+    duration: int
 
     def get_rate(self) -> str:
         return settings.AGENT_THROTTLE_RATE
 
-    def get_cache_key(self, request, view):  # type: ignore[no-untyped-def]
-        if request.auth is None:
+    def get_cache_key(self, request: Request, view: APIView) -> str | None:
+        session = cast("AgentSession | None", request.auth)  # set by AgentTokenAuthentication
+        if session is None:
             return None
-        return self.cache_format % {"scope": self.scope, "ident": request.auth.pk}
+        return self.cache_format % {"scope": self.scope, "ident": session.pk}
 
-    def allow_request(self, request, view):  # type: ignore[no-untyped-def]
+    def allow_request(self, request: Request, view: APIView) -> bool:
         backend = caches["default"]  # what DRF's `self.cache` stands for
         if not isinstance(backend, RedisCache) or self.rate is None:
             return super().allow_request(request, view)
@@ -55,7 +65,8 @@ class AgentSessionThrottle(SimpleRateThrottle):
         if self.key is None:
             return True
         self.now = self.timer()
-        script = _sliding_window_script(backend._servers[0])  # the primary, which Django's client writes to
+        # The primary, which Django's client writes to; RedisCache keeps its locations in `_servers`.
+        script = _sliding_window_script(backend._servers[0])  # type: ignore[attr-defined]  # private, not in the stubs
         allowed, oldest = script(
             keys=[backend.make_and_validate_key(self.key)],
             args=[repr(self.now), self.duration, self.num_requests, f"{self.now!r}:{secrets.token_hex(6)}"],
@@ -87,7 +98,8 @@ class AgentUserThrottle(AgentSessionThrottle):
     def get_rate(self) -> str:
         return settings.AGENT_USER_THROTTLE_RATE
 
-    def get_cache_key(self, request, view):  # type: ignore[no-untyped-def]
-        if request.auth is None:
+    def get_cache_key(self, request: Request, view: APIView) -> str | None:
+        session = cast("AgentSession | None", request.auth)  # set by AgentTokenAuthentication
+        if session is None:
             return None
-        return self.cache_format % {"scope": self.scope, "ident": request.auth.user_id}
+        return self.cache_format % {"scope": self.scope, "ident": session.user_id}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, NoReturn, cast
 
 from django.conf import settings
 from django.db import transaction
@@ -20,13 +20,13 @@ from rest_framework.views import APIView
 from ..arguments import StrictIntegerField, StrictSerializer
 from ..audit_seal import audit_seal, preview_receipt
 from ..errors import ApplicationError, ErrorCode
-from ..models import AuditEvent, Preview, RejectedCallKind
+from ..models import AgentSession, AuditEvent, Preview, RejectedCallKind
 from ..presentation import preview_envelope
 from ..registry import registry
 from ..rejected_calls import SAMPLE_CHARACTERS, rejected_call_audit_due, rejected_call_count
 from ..services import agent_session_create, preview_refresh, proposal_audit_rejected
 from ..webhooks import agent_session_webhook_set, webhook_url_check
-from .authentication import AgentTokenAuthentication
+from .authentication import AgentTokenAuthentication, request_agent_session, request_person
 from .calls import CallAnswer, body_unparsable, envelope_invalid, storable, tool_call
 from .errors import error_body, error_code
 from .formats import FORMATS, tool_listing
@@ -96,9 +96,9 @@ class AgentAPIView(APIView):
     def base_url(self) -> str:
         return self.request.build_absolute_uri("/")
 
-    def throttled(self, request: Request, wait: float | None) -> None:
+    def throttled(self, request: Request, wait: float) -> NoReturn:
         """Count the throttled call (and audit the first ones of the minute) before answering 429."""
-        session = request.auth
+        session = cast("AgentSession | None", request.auth)  # the agent session AgentTokenAuthentication set
         if session is not None:
             if request.method == "POST":
                 try:
@@ -147,7 +147,7 @@ class ToolListView(AgentAPIView):
         if output is not None and output not in FORMATS:
             message = f"Unknown format {output[:40]!r}; the formats are {', '.join(FORMATS)}."
             return Response(error_body(ErrorCode.INVALID_REQUEST, message), status=status.HTTP_400_BAD_REQUEST)
-        return Response(tool_listing(request.auth, output))
+        return Response(tool_listing(request_agent_session(request), output))
 
 
 class ToolCallView(AgentAPIView):
@@ -177,9 +177,11 @@ class ToolCallView(AgentAPIView):
         data = self.parsed_body(request)
         envelope = ToolCallSerializer(data=data)
         if not envelope.is_valid():
-            return answer_response(envelope_invalid(session=request.auth, data=data, errors=envelope.errors))
+            return answer_response(
+                envelope_invalid(session=request_agent_session(request), data=data, errors=envelope.errors)
+            )
         answer = tool_call(
-            session=request.auth,
+            session=request_agent_session(request),
             tool_name=envelope.validated_data["name"],
             arguments=envelope.validated_data["arguments"],
             call_id=envelope.validated_data.get("call_id"),
@@ -194,7 +196,12 @@ class ToolCallView(AgentAPIView):
             return request.data
         except (ParseError, UnsupportedMediaType) as error:
             raw_body = getattr(request, "raw_body_text", "")
-            body_unparsable(session=request.auth, raw_body=raw_body, code=error_code(error), message=str(error.detail))
+            body_unparsable(
+                session=request_agent_session(request),
+                raw_body=raw_body,
+                code=error_code(error),
+                message=str(error.detail),
+            )
             raise
 
 
@@ -204,6 +211,7 @@ def _query(request: Request, serializer: type[StrictSerializer]) -> dict[str, An
     for key, value in request.query_params.items():
         field = serializer().fields.get(key)
         if isinstance(field, StrictIntegerField):
+            assert isinstance(value, str), "QueryDict.items() gives each parameter's last value, a string"
             if not value.isascii() or not value.isdigit() or len(value) > 9:
                 raise ValidationError({key: ["A whole number is required."]})
             data[key] = int(value)
@@ -235,7 +243,7 @@ class PreviewStatusView(AgentAPIView):
     )
     def get(self, request: Request, preview_id: str) -> Response:
         query = _query(request, PreviewWaitSerializer)
-        preview = Preview.objects.filter(pk=_preview_uuid(preview_id), actor=request.user).first()
+        preview = Preview.objects.filter(pk=_preview_uuid(preview_id), actor=request_person(request)).first()
         if preview is None:
             raise Http404
         preview = preview_refresh(preview=preview)
@@ -262,7 +270,7 @@ class PreviewListView(AgentAPIView):
     def get(self, request: Request) -> Response:
         query = _query(request, PreviewListSerializer)
         page, size = query.get("page", 1), query.get("page_size", PREVIEW_PAGE_SIZE)
-        previews = session_previews(request.auth, query.get("status"))
+        previews = session_previews(request_agent_session(request), query.get("status"))
         rows = list(previews[(page - 1) * size : page * size + 1])
         base_url = self.base_url()
 
@@ -297,7 +305,9 @@ class PreviewReceiptView(AgentAPIView):
         },
     )
     def get(self, request: Request, preview_id: str) -> Response:
-        preview = Preview.objects.filter(pk=_preview_uuid(preview_id), agent_session=request.auth).first()
+        preview = Preview.objects.filter(
+            pk=_preview_uuid(preview_id), agent_session=request_agent_session(request)
+        ).first()
         if preview is None:
             raise Http404
         if settings.CELERY_TASK_ALWAYS_EAGER:
@@ -324,7 +334,7 @@ class AgentSessionCreateView(APIView):
         data = AgentSessionCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         tools = data.validated_data.get("tools") or [
-            name for name, action in registry.actions.items() if action.may_use(request.user)
+            name for name, action in registry.actions.items() if action.may_use(request_person(request))
         ]
         webhook_url = data.validated_data.get("webhook_url")
         if webhook_url is not None:
@@ -335,7 +345,7 @@ class AgentSessionCreateView(APIView):
         try:
             with transaction.atomic():
                 session, token = agent_session_create(
-                    user=request.user,
+                    user=request_person(request),
                     tools=tools,
                     ttl_seconds=data.validated_data.get("ttl_seconds"),
                     label=data.validated_data.get("label", ""),

@@ -7,14 +7,16 @@ signed Merkle tree once it has committed.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
 from ..audit_log import canonical_bytes
 from ..digests import canonical_json
 from ..models import AgentSession, AuditEvent, AuditRecord, Preview
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 
 def _json_normalized(value: Any) -> Any:
@@ -29,9 +31,9 @@ def _json_normalized(value: Any) -> Any:
 
 def audit_record(
     *,
-    event: AuditEvent,
+    event: AuditEvent | str,
     preview: Preview | None = None,
-    actor: AbstractBaseUser | None = None,
+    actor: User | None = None,
     agent_session: AgentSession | None = None,
     action: str = "",
     subject_type: str = "",

@@ -7,9 +7,8 @@ the preview's execution and publishes it once the transaction commits.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
@@ -23,6 +22,9 @@ from .audit import audit_record, audited_transaction
 from .execution import execution_enqueue, execution_open
 from .locks import preview_lock, previews_lock, subject_lock
 from .previews import preview_mark, status_awaiting
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 EXPIRE_BATCH_SIZE = 100
 
@@ -82,7 +84,7 @@ def _quorum_facts(preview: Preview, role: str) -> dict[str, Any]:
     return {"staff_approvals": have, "staff_approvals_needed": need}
 
 
-def approval_add(preview: Preview, *, approver: AbstractBaseUser, role: str, basis: str, event: AuditEvent) -> None:
+def approval_add(preview: Preview, *, approver: User, role: str, basis: str, event: AuditEvent) -> None:
     """Record `approver`'s approval of the locked preview as it is now (its digest and subject version),
     move its status on, audit it, and publish its execution once no approval is missing."""
     approval = Approval(
@@ -117,7 +119,7 @@ def approval_add(preview: Preview, *, approver: AbstractBaseUser, role: str, bas
         execution_enqueue(preview)
 
 
-def _decision_refused(preview: Preview, person: AbstractBaseUser, role: str, error: DecisionError) -> None:
+def _decision_refused(preview: Preview, person: User, role: str, error: DecisionError) -> None:
     audit_record(
         event=AuditEvent.DECISION_REFUSED,
         preview=preview,
@@ -127,11 +129,11 @@ def _decision_refused(preview: Preview, person: AbstractBaseUser, role: str, err
     metrics.decision(preview, role=role, decision="refused", code=error.code)
 
 
-def _subject_current_error(preview: Preview, approver: AbstractBaseUser) -> DecisionError | None:
+def _subject_current_error(preview: Preview, approver: User) -> DecisionError | None:
     """Lock the subject (after the preview); when it changed since the preview, supersede the preview."""
     action = registry.action(preview.action)
     subject = subject_lock(action, preview) if action else None
-    if subject is not None and action.subject_version(subject) == preview.subject_version:
+    if action is not None and subject is not None and action.subject_version(subject) == preview.subject_version:
         return None
     preview_mark(
         preview,
@@ -149,7 +151,7 @@ def _subject_current_error(preview: Preview, approver: AbstractBaseUser) -> Deci
 def preview_approve(
     *,
     preview_id: Any,
-    approver: AbstractBaseUser,
+    approver: User,
     role: ApprovalRole,
     digest: str,
     basis: str = "",
@@ -178,7 +180,7 @@ def preview_approve(
     return preview
 
 
-def _preview_say_no(preview: Preview, person: AbstractBaseUser, role: ApprovalRole, digest: str, note: str) -> None:
+def _preview_say_no(preview: Preview, person: User, role: ApprovalRole, digest: str, note: str) -> None:
     if role == ApprovalRole.CUSTOMER:
         reason = f"The customer declined: {note}" if note else "The customer declined."
         preview_mark(preview, PreviewStatus.DECLINED, code=ErrorCode.DECLINED, reason=reason)
@@ -190,9 +192,7 @@ def _preview_say_no(preview: Preview, person: AbstractBaseUser, role: ApprovalRo
     metrics.decision(preview, role=role, decision=event)
 
 
-def preview_decline(
-    *, preview_id: Any, person: AbstractBaseUser, role: ApprovalRole, digest: str, note: str = ""
-) -> Preview:
+def preview_decline(*, preview_id: Any, person: User, role: ApprovalRole, digest: str, note: str = "") -> Preview:
     """The customer declines, or staff reject, the preview they saw."""
     with audited_transaction():
         owner = {"actor_id": person.pk} if role == ApprovalRole.CUSTOMER else {}
@@ -212,7 +212,7 @@ def preview_decline(
 # Who may decide ------------------------------------------------------------------------------
 
 
-def may_review(person: AbstractBaseUser, preview: Preview) -> bool:
+def may_review(person: User, preview: Preview) -> bool:
     """Whether `person` is active staff with the review permission of the preview's action."""
     action = registry.action(preview.action)
     permission = action.review_permission if action else "approvals.review_preview"
@@ -233,7 +233,7 @@ def _status_error(preview: Preview, role: ApprovalRole) -> DecisionError | None:
     )
 
 
-def _staff_error(preview: Preview, approver: AbstractBaseUser, *, approving: bool) -> DecisionError | None:
+def _staff_error(preview: Preview, approver: User, *, approving: bool) -> DecisionError | None:
     """Why this staff member may not decide the preview (four eyes, permission, authorship, quorum)."""
     if preview.actor_id == approver.pk:
         return DecisionError(
@@ -257,7 +257,7 @@ def _staff_error(preview: Preview, approver: AbstractBaseUser, *, approving: boo
 
 
 def decision_error(
-    preview: Preview, *, approver: AbstractBaseUser, role: ApprovalRole, digest: str, approving: bool = True
+    preview: Preview, *, approver: User, role: ApprovalRole, digest: str, approving: bool = True
 ) -> DecisionError | None:
     """Why this person cannot decide this preview now, or None. May expire the preview."""
     if preview_expire_if_due(preview):

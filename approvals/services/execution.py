@@ -31,10 +31,9 @@ import os
 import socket
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
@@ -74,6 +73,9 @@ from .locks import (
 )
 from .previews import approvals_of, preview_digest
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
 logger = logging.getLogger(__name__)
 
 Outcome = ExecutionOutcome
@@ -112,7 +114,7 @@ EXECUTION_FIELDS = [
     "updated_at",
 ]
 # The events existing readers of the audit know; every record also carries from/to, attempt and token.
-TRANSITION_EVENTS = {
+TRANSITION_EVENTS: dict[str, AuditEvent] = {
     Outcome.IN_PROGRESS: AuditEvent.EXECUTION_STARTED,
     Outcome.SUCCEEDED: AuditEvent.EXECUTED,
     Outcome.FAILED_AFTER_CHECK: AuditEvent.EXECUTION_FAILED,
@@ -190,7 +192,7 @@ def execution_enqueue(preview: Preview) -> None:
 # The one transition function ----------------------------------------------------------------------
 
 
-def _transition_refusal(execution: Execution, to: str, token: int | None, actor: AbstractBaseUser | None) -> None:
+def _transition_refusal(execution: Execution, to: str, token: int | None, actor: User | None) -> None:
     """Raise FencedOff for a stale token, IllegalTransition for a move the table does not allow."""
     before = execution.outcome
     if token is not None and token != execution.fencing_token:
@@ -289,7 +291,7 @@ def execution_transition(
     detail: str = "",
     effect: dict[str, Any] | None = None,
     result: dict[str, Any] | None = None,
-    actor: AbstractBaseUser | None = None,
+    actor: User | None = None,
     approval_basis: dict[str, Any] | None = None,
     lease_owner: str = "",
     lease_seconds: float | None = None,
@@ -535,9 +537,7 @@ def _attempt_recheck(attempt: _Attempt) -> bool:
         return attempt.subject is not None
 
 
-def _effect_record(
-    attempt: _Attempt, preview: Preview, execution: Execution, made: dict[str, Any] | None
-) -> list[Approval]:
+def _effect_record(attempt: _Attempt, preview: Preview, execution: Execution, made: dict[str, Any]) -> list[Approval]:
     """Record the made effect under the subject's lock and end the execution succeeded; the approvals
     it rested on."""
     action = attempt.action
@@ -807,7 +807,10 @@ def _retry_refusal(preview: Preview, execution: Execution | None, *, nothing_hap
     """Why staff cannot retry now, including an unknown effect the action cannot look up (a person must
     say what they found)."""
     error = execution_retry_refusal(preview, execution)
-    if error is None and execution.outcome == Outcome.EFFECT_UNKNOWN and not nothing_happened:
+    if error is not None:
+        return error
+    assert execution is not None, "execution_retry_refusal refuses a missing execution"
+    if execution.outcome == Outcome.EFFECT_UNKNOWN and not nothing_happened:
         action = registry.action(preview.action)
         if action is None or not action.can_look_up_effect:
             return DecisionError(
@@ -815,10 +818,10 @@ def _retry_refusal(preview: Preview, execution: Execution | None, *, nothing_hap
                 "(the mail server's log) and say what you found.",
                 code=ErrorCode.LOOKUP_UNAVAILABLE,
             )
-    return error
+    return None
 
 
-def _retry_go_on(preview: Preview, execution: Execution, staff: AbstractBaseUser, *, nothing_happened: bool) -> None:
+def _retry_go_on(preview: Preview, execution: Execution, staff: User, *, nothing_happened: bool) -> None:
     """Start again (with every check) or let the resolver / a new recording run, and publish an attempt."""
     metrics.execution_retried(preview, trigger="staff")
     facts = {
@@ -834,7 +837,7 @@ def _retry_go_on(preview: Preview, execution: Execution, staff: AbstractBaseUser
     execution_enqueue(preview)
 
 
-def execution_retry(*, preview_id: Any, staff: AbstractBaseUser, nothing_happened: bool = False) -> Preview:
+def execution_retry(*, preview_id: Any, staff: User, nothing_happened: bool = False) -> Preview:
     """Staff ask an execution that needs attention to go on, with the same preview and idempotency key:
 
     * refused before any effect (the gateway was not usable): it starts again, and every check runs;
@@ -852,6 +855,7 @@ def execution_retry(*, preview_id: Any, staff: AbstractBaseUser, nothing_happene
         execution = execution_row_lock(preview)
         error = _retry_refusal(preview, execution, nothing_happened=nothing_happened)
         if error is None:
+            assert execution is not None, "_retry_refusal refuses a missing execution"
             _retry_go_on(preview, execution, staff, nothing_happened=nothing_happened)
         else:
             audit_record(

@@ -22,16 +22,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection
 from django.db.models import Model, QuerySet
 
 from ..models import OPEN_STATUSES, AgentSession, Execution, ExecutionOutcome, Preview
 from ..registry import Action
 from ..rows import fetch_one, statement_cursor
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 
 def agent_sessions_lock(sessions: QuerySet[AgentSession]) -> list[AgentSession]:
@@ -40,7 +42,7 @@ def agent_sessions_lock(sessions: QuerySet[AgentSession]) -> list[AgentSession]:
     return list(sessions.select_for_update().order_by("pk"))
 
 
-def person_lock(person: AbstractBaseUser) -> None:
+def person_lock(person: User) -> None:
     """Lock the person's row, NO KEY: their proposals in flight (which hold key-share locks on it) are
     not waited for, but two mints of agent sessions for the same person are counted one after the other."""
     list(get_user_model().objects.select_for_update(no_key=True).filter(pk=person.pk).values_list("pk", flat=True))

@@ -8,10 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError
 from django.utils import timezone
 
@@ -26,6 +25,9 @@ from ..transitions import preview_transitioned
 from .audit import audit_record, audited_transaction, with_call_id
 from .decisions import approval_add, preview_expire_if_due
 from .previews import preview_digest, status_awaiting
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,7 @@ def preview_insert_or_twin(preview: Preview) -> Preview | None:
 
 
 def preview_build(
-    *, action_name: str, actor: AbstractBaseUser, agent_session: AgentSession | None, proposal: Proposal, **extra: Any
+    *, action_name: str, actor: User, agent_session: AgentSession | None, proposal: Proposal, **extra: Any
 ) -> Preview:
     """The unsaved preview of an accepted proposal: its approvals (with the quorum), status, expiry and
     digest. `extra` carries fields of a particular origin (a counter-proposal's author)."""
@@ -139,7 +141,7 @@ class _Call:
     """Who proposes what, as the audit records it."""
 
     agent_session: AgentSession | None
-    actor: AbstractBaseUser
+    actor: User
     action: Action
     raw_arguments: str
     call_id: str | None
@@ -215,7 +217,7 @@ def proposal_submit(
     action: Action,
     arguments: dict[str, Any],
     raw_arguments: str,
-    actor: AbstractBaseUser | None = None,
+    actor: User | None = None,
     call_id: str | None = None,
 ) -> ProposalOutcome:
     """Check the proposal against trusted data and record an immutable preview, or refuse it.
@@ -223,6 +225,7 @@ def proposal_submit(
     An agent proposes as its session's person. Without a session, staff propose for `actor` (a new
     refund after the bank failed one); the caller audits who they are, and `actor` still confirms."""
     actor = agent_session.user if agent_session is not None else actor
+    assert actor is not None, "a proposal without an agent session names its actor"
     call = _Call(agent_session, actor, action, raw_arguments, call_id)
     try:
         proposal = action.propose(actor=actor, arguments=arguments)
@@ -279,7 +282,9 @@ def idempotent_call(
             update_fields(record, ["response_status", "response_body"])
             return status, body
         # The key is taken: by a committed request, or by one this insert waited for until it committed.
-        record = fetch_one(IdempotencyRecord, agent_session_id=agent_session.pk, key=key)
+        taken = fetch_one(IdempotencyRecord, agent_session_id=agent_session.pk, key=key)
+        assert taken is not None, "the insert skipped a conflict with this committed row"
+        record = taken
     if record.request_fingerprint != fingerprint:
         raise IdempotencyConflict(
             "This Idempotency-Key was already used with a different request body; use a new key for a new request.",

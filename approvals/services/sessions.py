@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import secrets
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
@@ -22,6 +21,9 @@ from .execution import AGENT_SESSION_REVOKED_REASON, Outcome, execution_transiti
 from .locks import agent_sessions_lock, person_lock, previews_lock
 from .previews import preview_mark
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
 TOKEN_PREFIX = "agt_"
 
 
@@ -29,7 +31,7 @@ def agent_token_hash(token: str) -> str:
     return sha256_hex(token)
 
 
-def _tools_check(user: AbstractBaseUser, tools: list[str]) -> None:
+def _tools_check(user: User, tools: list[str]) -> None:
     for name in tools:
         action = registry.action(name)
         if action is None:
@@ -38,7 +40,7 @@ def _tools_check(user: AbstractBaseUser, tools: list[str]) -> None:
             raise ApplicationError(f"User {user} may not use the tool {name!r}.", code=ErrorCode.TOOL_NOT_ALLOWED)
 
 
-def _live_sessions_check(user: AbstractBaseUser) -> None:
+def _live_sessions_check(user: User) -> None:
     """Refuse a mint past AGENT_SESSIONS_PER_USER_MAX; the person's row is locked by the caller, so that
     concurrent mints are counted one after the other."""
     live = AgentSession.objects.filter(user=user, revoked_at__isnull=True, expires_at__gt=timezone.now()).count()
@@ -55,7 +57,7 @@ def _live_sessions_check(user: AbstractBaseUser) -> None:
 
 @transaction.atomic
 def agent_session_create(
-    *, user: AbstractBaseUser, tools: list[str], ttl_seconds: int | None = None, label: str = ""
+    *, user: User, tools: list[str], ttl_seconds: int | None = None, label: str = ""
 ) -> tuple[AgentSession, str]:
     """Mint a session for `user`. The token is returned once; only its hash is stored."""
     if not user.is_active:
@@ -91,7 +93,7 @@ def agent_sessions_revoke(
     session_id: int | None = None,
     token_prefix: str | None = None,
     username: str | None = None,
-    revoked_by: AbstractBaseUser | None = None,
+    revoked_by: User | None = None,
 ) -> int:
     """Revoke live agent sessions by id, by token prefix or by user; each revocation is audited.
 
