@@ -157,48 +157,64 @@ def spend_limits_check(
     if period is not None:
         list(get_user_model().objects.select_for_update(no_key=True).filter(pk=actor.pk).values_list("pk"))
 
-    money = format_minor
     if hourly is not None and agent_session is not None:  # hourly is only set for an agent session
-        use = LimitUse(
-            "agent_hourly_count", "Proposals in the last hour", "", hourly, agent_hourly_count(agent_session)
-        )
-        if use.used + 1 > use.limit:
-            return _refusal(
-                use,
-                None,
-                (
-                    f"This agent session already made {use.used} proposals in the last hour, the most allowed "
-                    f"({use.limit}). Nothing was proposed; try again later or ask a person."
-                ),
-            )
+        refusal = _hourly_refusal(agent_session, hourly)
+        if refusal is not None:
+            return refusal
     if daily is not None and agent_session is not None:  # so is daily
-        use = LimitUse("agent_daily_limit", "Today", spent_in, daily, agent_daily_use(agent_session, spent_in))
-        if use.used + spent > use.limit:
-            return _refusal(
-                use,
-                spent,
-                (
-                    f"This agent session may propose at most {use.formatted(use.limit)} a day in {spent_in}; "
-                    f"{use.formatted(use.used)} is already proposed or refunded today, so "
-                    f"{money(spent, spent_in)} ({spent}) more would go past the limit. "
-                    f"At most {use.formatted(use.remaining)} remains today."
-                ),
-            )
+        refusal = _daily_refusal(agent_session, daily, spent, spent_in)
+        if refusal is not None:
+            return refusal
     if period is not None:
-        use = LimitUse(
-            "customer_period_limit", "Customer, 30 days", spent_in, period, customer_period_use(actor.pk, spent_in)
-        )
-        if use.used + spent > use.limit:
-            return _refusal(
-                use,
-                spent,
-                (
-                    f"At most {use.formatted(use.limit)} in {spent_in} may be proposed for this customer in 30 days; "
-                    f"{use.formatted(use.used)} is already proposed or refunded, so {money(spent, spent_in)} "
-                    f"({spent}) more would go past the limit. At most {use.formatted(use.remaining)} remains."
-                ),
-            )
+        return _period_refusal(actor, period, spent, spent_in)
     return None
+
+
+def _hourly_refusal(agent_session: AgentSession, hourly: int) -> SpendLimitExceeded | None:
+    use = LimitUse("agent_hourly_count", "Proposals in the last hour", "", hourly, agent_hourly_count(agent_session))
+    if use.used + 1 <= use.limit:
+        return None
+    return _refusal(
+        use,
+        None,
+        (
+            f"This agent session already made {use.used} proposals in the last hour, the most allowed "
+            f"({use.limit}). Nothing was proposed; try again later or ask a person."
+        ),
+    )
+
+
+def _daily_refusal(agent_session: AgentSession, daily: int, spent: int, spent_in: str) -> SpendLimitExceeded | None:
+    use = LimitUse("agent_daily_limit", "Today", spent_in, daily, agent_daily_use(agent_session, spent_in))
+    if use.used + spent <= use.limit:
+        return None
+    return _refusal(
+        use,
+        spent,
+        (
+            f"This agent session may propose at most {use.formatted(use.limit)} a day in {spent_in}; "
+            f"{use.formatted(use.used)} is already proposed or refunded today, so "
+            f"{format_minor(spent, spent_in)} ({spent}) more would go past the limit. "
+            f"At most {use.formatted(use.remaining)} remains today."
+        ),
+    )
+
+
+def _period_refusal(actor: Any, period: int, spent: int, spent_in: str) -> SpendLimitExceeded | None:
+    use = LimitUse(
+        "customer_period_limit", "Customer, 30 days", spent_in, period, customer_period_use(actor.pk, spent_in)
+    )
+    if use.used + spent <= use.limit:
+        return None
+    return _refusal(
+        use,
+        spent,
+        (
+            f"At most {use.formatted(use.limit)} in {spent_in} may be proposed for this customer in 30 days; "
+            f"{use.formatted(use.used)} is already proposed or refunded, so {format_minor(spent, spent_in)} "
+            f"({spent}) more would go past the limit. At most {use.formatted(use.remaining)} remains."
+        ),
+    )
 
 
 def agent_session_limit_use(session: AgentSession) -> list[LimitUse]:

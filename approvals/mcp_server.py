@@ -142,33 +142,47 @@ def _answer_call(
 ) -> CallAnswer:
     """The database side of tools/call, in the request's thread."""
     if state is not None:
-        preview_id = _preview_id_from_state(session, state)
-        preview = preview_of_session(session, preview_id) if preview_id else None
-        if preview is None:
-            body = error_body(
-                "invalid_request_state",
-                "The request_state is not one this server gave this agent session; call the tool again.",
-            )
-            return CallAnswer(400, body)
-        body = preview_envelope(preview, base_url=base_url)
-        if call_id is not None:
-            body["call_id"] = call_id
-        return CallAnswer(200, body, replayed=True)
+        return _answer_from_state(session, state, call_id, base_url)
     if call_id is not None:
-        # The call id is the idempotency key, as an Idempotency-Key header would be; one that could not be
-        # a header (too long, not visible ASCII) is keyed by its digest.
-        key = call_id if IDEMPOTENCY_KEY.match(call_id) else "mcp-call-id:" + digest_of(call_id)
-        answer = tool_call(
-            session=session,
-            tool_name=tool_name,
-            arguments=arguments,
-            call_id=call_id,
-            idempotency_key=key,
-            base_url=base_url,
+        return _answer_keyed(session, tool_name, arguments, call_id, base_url)
+    return _answer_implicitly_keyed(session, tool_name, arguments, base_url)
+
+
+def _answer_from_state(session: AgentSession, state: str, call_id: str | None, base_url: str) -> CallAnswer:
+    """The retry of an elicitation: the preview its signed request_state names, as it stands now."""
+    preview_id = _preview_id_from_state(session, state)
+    preview = preview_of_session(session, preview_id) if preview_id else None
+    if preview is None:
+        body = error_body(
+            "invalid_request_state",
+            "The request_state is not one this server gave this agent session; call the tool again.",
         )
-        if answer.replayed:
-            return current_answer(answer, session=session, base_url=base_url, call_id=call_id)
-        return answer
+        return CallAnswer(400, body)
+    body = preview_envelope(preview, base_url=base_url)
+    if call_id is not None:
+        body["call_id"] = call_id
+    return CallAnswer(200, body, replayed=True)
+
+
+def _answer_keyed(session: AgentSession, tool_name: str, arguments: Any, call_id: str, base_url: str) -> CallAnswer:
+    # The call id is the idempotency key, as an Idempotency-Key header would be; one that could not be
+    # a header (too long, not visible ASCII) is keyed by its digest.
+    key = call_id if IDEMPOTENCY_KEY.match(call_id) else "mcp-call-id:" + digest_of(call_id)
+    answer = tool_call(
+        session=session,
+        tool_name=tool_name,
+        arguments=arguments,
+        call_id=call_id,
+        idempotency_key=key,
+        base_url=base_url,
+    )
+    if answer.replayed:
+        return current_answer(answer, session=session, base_url=base_url, call_id=call_id)
+    return answer
+
+
+def _answer_implicitly_keyed(session: AgentSession, tool_name: str, arguments: Any, base_url: str) -> CallAnswer:
+    """Without a call id, the same tool with the same arguments within a session is the same call."""
     key = _implicit_key(tool_name, arguments)
     earlier = IdempotencyRecord.objects.filter(agent_session=session, key=key).first()
     if earlier is not None:
