@@ -1,0 +1,81 @@
+"""The engine's confirmation in a real browser, on the toy action (no money): an agent proposes a
+rename, the board's owner logs in, reads exactly what will change, confirms, and sees the outcome the
+executor reported. Playwright drives Debian's Chromium (/usr/bin/chromium)."""
+
+import json
+import re
+import urllib.request
+
+import pytest
+
+from approvals.models import Execution, PreviewStatus
+from approvals.services import agent_session_create
+from tests.browser import ARTIFACTS, launch, requires_chromium
+from tests.engine.conftest import events
+from tests.engine.factories import PASSWORD, BoardFactory, PersonFactory
+
+pytestmark = [pytest.mark.browser, requires_chromium]
+
+
+def agent_post(url: str, token: str, body: dict) -> tuple[int, dict]:
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 - the live test server
+        return response.status, json.load(response)
+
+
+def test_the_owner_confirms_a_rename_in_the_browser(live_server, monkeypatch, settings):
+    from playwright.sync_api import expect, sync_playwright
+
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's loop runs in this thread
+    settings.LOGIN_FAILURE_LIMIT = 10**6
+    owner = PersonFactory(username="olga")
+    board = BoardFactory(id="b-7", owner=owner, title="Roadmap")
+    _session, token = agent_session_create(user=owner, tools=["rename_board"])
+
+    status, answer = agent_post(
+        f"{live_server.url}/api/agent/tool-calls",
+        token,
+        {"name": "rename_board", "arguments": {"board_id": "b-7", "title": "Plans for 2027"}},
+    )
+    assert status == 201, answer
+    assert (answer["status"], answer["executed"]) == ("awaiting_customer", False)
+    assert "amount_minor" not in answer["preview"] and "currency" not in answer["preview"]
+    confirm_url = answer["preview"]["confirm_url"]
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = launch(playwright)
+        try:
+            page = browser.new_page(viewport={"width": 390, "height": 844})
+            page.goto(confirm_url)
+            expect(page).to_have_url(re.compile(r"/accounts/login/\?next=/previews/"))
+            page.get_by_label("Username").fill("olga")
+            page.get_by_label("Password").fill(PASSWORD)
+            page.get_by_role("button", name="Log in").click()
+
+            expect(page).to_have_url(confirm_url)
+            expect(page.get_by_role("heading", level=1)).to_have_text("Rename board b-7 to “Plans for 2027”")
+            expect(page.locator(".fact", has_text="New title").locator("dd")).to_have_text("Plans for 2027")
+            page_text = page.locator("main").inner_text()
+            assert "0.00" not in page_text and "Amount" not in page_text  # an action without money shows none
+            page.screenshot(path=str(ARTIFACTS / "engine-toy-preview.png"), full_page=True)
+
+            page.get_by_role("button", name=re.compile(r"^Confirm")).click()
+
+            expect(page).to_have_url(confirm_url)
+            status_box = page.get_by_role("status")
+            expect(status_box).to_contain_text("Board b-7 is now called “Plans for 2027”.")
+            expect(page.get_by_role("button", name=re.compile(r"^Confirm"))).to_have_count(0)
+        finally:
+            browser.close()
+
+    board.refresh_from_db()
+    assert (board.title, board.version) == ("Plans for 2027", 2)
+    execution = Execution.objects.get(preview_id=answer["preview"]["id"])
+    assert (execution.outcome, execution.preview.status) == ("succeeded", PreviewStatus.EXECUTED)
+    assert events(execution.preview)[:2] == ["proposed", "confirmed"]
