@@ -243,10 +243,13 @@ def _preview_follow(
 ) -> PreviewStatus:
     """Write the preview's status as the new outcome shows it; its result once executed."""
     status = preview_status_for(to, code)
-    previous_status = preview.status
+    previous = (preview.status, preview.failure_code, preview.failure_reason)
     preview.status = status
     preview.failure_code = code if status not in (PreviewStatus.APPROVED, PreviewStatus.EXECUTED) else ""
     preview.failure_reason = detail if preview.failure_code else ""
+    if to != Outcome.SUCCEEDED and (preview.status, preview.failure_code, preview.failure_reason) == previous:
+        return status  # an attempt that starts leaves an approved preview as it is (and its time in the state)
+    previous_status = previous[0]
     fields = ["status", "failure_code", "failure_reason", "status_changed_at"]
     if to == Outcome.SUCCEEDED:
         preview.result, preview.executed_at = result, now
