@@ -187,7 +187,7 @@ class Execution(models.Model):
 
     Only one attempt at a time holds the lease (`lease_owner` until `lease_expires_at`). Each attempt
     gets a new `fencing_token`; an answer carrying an older token comes from an attempt that lost
-    its lease and is refused. Changed only through approvals.executions.execution_transition.
+    its lease and is refused. Changed only through approvals.services.execution.execution_transition.
     """
 
     preview = models.OneToOneField(Preview, on_delete=models.PROTECT, primary_key=True, related_name="execution")

@@ -17,7 +17,6 @@ from django.core.paginator import Page, Paginator
 from django.db.models import Case, Count, Q, QuerySet, When
 from django.utils import timezone
 
-from ..executions import effect_reference, execution_staff_step, executions_of
 from ..models import (
     AgentSession,
     Approval,
@@ -33,6 +32,7 @@ from ..notifications import escalation_due_before, reviewers
 from ..presentation import preview_execution, preview_state_words
 from ..quorum import counting_staff_approvers
 from ..registry import Action, CounterField, DisplayRow, FactTable, ReviewDocument, RiskFlag, RuleResult, registry
+from ..services import effect_reference, execution_staff_step, executions_of
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User  # settings.AUTH_USER_MODEL, as django-stubs resolves it

@@ -21,12 +21,11 @@ from django.views.decorators.http import require_GET, require_POST
 from ..audit_seal import audit_seal, preview_receipt
 from ..counter import preview_counter_propose
 from ..errors import DecisionError
-from ..executions import execution_retry
 from ..models import ApprovalRole, Preview, PreviewStatus
 from ..presentation import preview_execution, preview_state_key
 from ..registry import registry
 from ..review_work import preview_claim, preview_release, previews_decide_many
-from ..services import agent_sessions_revoke, preview_approve, preview_decline, preview_refresh
+from ..services import agent_sessions_revoke, execution_retry, preview_approve, preview_decline, preview_refresh
 from ..types import AuthenticatedHttpRequest
 from ..webhooks import webhook_deliveries_recent
 from . import selectors
