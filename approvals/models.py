@@ -57,26 +57,6 @@ AWAITING_STATUSES = (PreviewStatus.AWAITING_CUSTOMER, PreviewStatus.AWAITING_STA
 TERMINAL_STATUSES = tuple(s for s in PreviewStatus if s not in (*OPEN_STATUSES, PreviewStatus.NEEDS_ATTENTION))
 
 
-class _RetryableFailureCodes:
-    """Failures known to have happened before the outside world was asked, after which running the same
-    preview again (with every check re-run) may succeed: the engine's own `retries_exhausted` (the
-    provider was unavailable on every attempt), and the codes each registered action declares in
-    `Action.retryable_failure_codes` (e.g. a provider not configured). Every other failure needs a new
-    proposal, never a retry. Asked with `code in RETRYABLE_FAILURE_CODES`."""
-
-    ENGINE_CODES = frozenset({"retries_exhausted"})
-
-    def __contains__(self, code: object) -> bool:
-        from .registry import registry
-
-        if code in self.ENGINE_CODES:
-            return True
-        return any(action.failure_is_retryable(str(code)) for action in registry.actions.values())
-
-
-RETRYABLE_FAILURE_CODES = _RetryableFailureCodes()
-
-
 class ApprovalRole(models.TextChoices):
     CUSTOMER = "customer", "Customer"
     STAFF = "staff", "Staff"

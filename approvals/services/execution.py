@@ -49,7 +49,6 @@ from ..errors import (
 )
 from ..models import (
     OPEN_STATUSES,
-    RETRYABLE_FAILURE_CODES,
     Approval,
     AuditEvent,
     Execution,
@@ -140,11 +139,23 @@ class FencedOff(ApplicationError):
 SUPERSEDING_CODES = frozenset({ErrorCode.SUBJECT_CHANGED, ErrorCode.AGENT_SESSION_REVOKED})
 
 
-def is_retryable_refusal(outcome: str, code: str) -> bool:
-    return outcome == Outcome.REFUSED_BEFORE_EFFECT and code in RETRYABLE_FAILURE_CODES
+# The engine's own failure that a staff retry may mend: the provider was unavailable on every attempt.
+ENGINE_RETRYABLE_CODES = frozenset({"retries_exhausted"})
 
 
-def preview_status_for(outcome: str, code: str = "") -> PreviewStatus:
+def is_retryable_refusal(outcome: str, code: str, action_name: str) -> bool:
+    """Whether a refusal known to have come before any effect may be mended by a staff retry (with every
+    check run again): the engine's own `retries_exhausted`, or a code the preview's action declares
+    transient (Action.retryable_failure_codes). Every other refusal is final."""
+    if outcome != Outcome.REFUSED_BEFORE_EFFECT:
+        return False
+    if code in ENGINE_RETRYABLE_CODES:
+        return True
+    action = registry.action(action_name)
+    return action is not None and action.failure_is_retryable(code)
+
+
+def preview_status_for(outcome: str, code: str = "", action_name: str = "") -> PreviewStatus:
     """The preview status an execution outcome shows as (the contract's statuses)."""
     if outcome in (Outcome.PENDING, Outcome.IN_PROGRESS):
         return PreviewStatus.APPROVED
@@ -153,7 +164,8 @@ def preview_status_for(outcome: str, code: str = "") -> PreviewStatus:
     if outcome == Outcome.REFUSED_BEFORE_EFFECT:
         if code in SUPERSEDING_CODES:
             return PreviewStatus.SUPERSEDED
-        return PreviewStatus.NEEDS_ATTENTION if is_retryable_refusal(outcome, code) else PreviewStatus.FAILED
+        retryable = is_retryable_refusal(outcome, code, action_name)
+        return PreviewStatus.NEEDS_ATTENTION if retryable else PreviewStatus.FAILED
     if outcome == Outcome.FAILED_AFTER_CHECK:
         return PreviewStatus.FAILED
     return PreviewStatus.NEEDS_ATTENTION  # effect_unknown, effect_unrecorded
@@ -192,7 +204,7 @@ def execution_enqueue(preview: Preview) -> None:
 # The one transition function ----------------------------------------------------------------------
 
 
-def _transition_refusal(execution: Execution, to: str, token: int | None, actor: User | None) -> None:
+def _transition_refusal(execution: Execution, preview: Preview, to: str, token: int | None, actor: User | None) -> None:
     """Raise FencedOff for a stale token, IllegalTransition for a move the table does not allow."""
     before = execution.outcome
     if token is not None and token != execution.fencing_token:
@@ -202,7 +214,7 @@ def _transition_refusal(execution: Execution, to: str, token: int | None, actor:
         )
     if to not in TRANSITIONS[before]:
         raise IllegalTransition(f"An execution cannot go from {before} to {to}.", outcome=before, to=to)
-    if before == Outcome.REFUSED_BEFORE_EFFECT and not is_retryable_refusal(before, execution.code):
+    if before == Outcome.REFUSED_BEFORE_EFFECT and not is_retryable_refusal(before, execution.code, preview.action):
         raise IllegalTransition(f"The refusal {str(execution.code)!r} is final.", outcome=before, to=to)
     if before == Outcome.EFFECT_UNKNOWN and to == Outcome.PENDING and actor is None:
         raise IllegalTransition("Only a person who checked the outside world may say nothing happened.")
@@ -242,7 +254,7 @@ def _preview_follow(
     preview: Preview, to: str, *, now: Any, code: str, detail: str, result: dict[str, Any] | None
 ) -> PreviewStatus:
     """Write the preview's status as the new outcome shows it; its result once executed."""
-    status = preview_status_for(to, code)
+    status = preview_status_for(to, code, preview.action)
     previous = (preview.status, preview.failure_code, preview.failure_reason)
     preview.status = status
     preview.failure_code = code if status not in (PreviewStatus.APPROVED, PreviewStatus.EXECUTED) else ""
@@ -310,7 +322,7 @@ def execution_transition(
     table does not allow.
     """
     before = execution.outcome
-    _transition_refusal(execution, to, token, actor)
+    _transition_refusal(execution, preview, to, token, actor)
     now = timezone.now()
     _execution_move(
         execution,

@@ -55,7 +55,16 @@ def test_every_outcome_has_its_transitions_and_a_contract_status():
     assert preview_status_for(Outcome.EFFECT_UNRECORDED) == PreviewStatus.NEEDS_ATTENTION
     assert preview_status_for(Outcome.FAILED_AFTER_CHECK) == PreviewStatus.FAILED
     assert preview_status_for(Outcome.REFUSED_BEFORE_EFFECT, "order_not_refundable") == PreviewStatus.FAILED
-    assert preview_status_for(Outcome.REFUSED_BEFORE_EFFECT, "gateway_unavailable") == PreviewStatus.NEEDS_ATTENTION
+    assert preview_status_for(Outcome.REFUSED_BEFORE_EFFECT, "gateway_unavailable", "refund_order") == (
+        PreviewStatus.NEEDS_ATTENTION
+    )
+    # A code is transient only for the action that declares it so.
+    assert (
+        preview_status_for(Outcome.REFUSED_BEFORE_EFFECT, "gateway_unavailable", "send_invoice") == PreviewStatus.FAILED
+    )
+    assert preview_status_for(Outcome.REFUSED_BEFORE_EFFECT, "retries_exhausted", "send_invoice") == (
+        PreviewStatus.NEEDS_ATTENTION
+    )
     assert preview_status_for(Outcome.REFUSED_BEFORE_EFFECT, "subject_changed") == PreviewStatus.SUPERSEDED
 
 
