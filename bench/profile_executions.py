@@ -14,7 +14,6 @@ import argparse
 import cProfile
 import os
 import pstats
-import secrets
 import tempfile
 import time
 from pathlib import Path
@@ -32,51 +31,24 @@ def main() -> int:
     parser.add_argument("--orm-rows", action="store_true", help="the plain ORM instead of approvals.rows")
     args = parser.parse_args()
 
-    from .run import Database
+    from .profiling import django_setup, profiling_database
 
-    database = Database(os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/postgres")
-    os.environ.update(
-        {
-            "DJANGO_SETTINGS_MODULE": "bench.settings",
-            "DATABASE_URL": database.url,
-            "DEBUG": "false",
-            "SECRET_KEY": secrets.token_urlsafe(50),
-            "ALLOWED_HOSTS": "127.0.0.1,localhost,testserver",
-            "CELERY_TASK_ALWAYS_EAGER": "false",
-            "PAYMENT_GATEWAY": "local",
-            "LOG_LEVEL": "WARNING",
-            "BENCH_RUN_ID": f"bench-prof-{secrets.token_hex(3)}",
-        }
-    )
     if args.publish:
         os.environ["REDIS_URL"] = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
-    database.create()
+    database = profiling_database()
     try:
-        import django
-
-        if args.orm_rows:
-            from .orm_rows import install
-
-            install()
-        django.setup()
+        django_setup(orm_rows=args.orm_rows)
         from celery.app.task import Task
         from django.core.management import call_command
         from django.db import connection, connections
         from django.test.utils import CaptureQueriesContext
 
         from approvals.models import ApprovalRole
-        from approvals.services import preview_approve
-
-        try:
-            from approvals.services import preview_execute
-        except ImportError:
-            from approvals.executions import preview_execute
+        from approvals.services import preview_approve, preview_execute
 
         from .shop import load_shop, previews_for
 
-        if args.publish:
-            os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
-        else:
+        if not args.publish:
             Task.delay = lambda self, *a, **k: None  # type: ignore[method-assign]  # no broker: publishing not measured
         call_command("migrate", verbosity=0, interactive=False)
         load_shop(customers=400, orders_per_customer=1, sessions_file=Path(tempfile.mkdtemp()) / "sessions.tsv")

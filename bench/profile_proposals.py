@@ -62,31 +62,11 @@ def main() -> int:
     parser.add_argument("--orm-rows", action="store_true", help="the plain ORM instead of approvals.rows")
     args = parser.parse_args()
 
-    from .run import Database
+    from .profiling import django_setup, profiling_database
 
-    database = Database(os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/postgres")
-    os.environ.update(
-        {
-            "DJANGO_SETTINGS_MODULE": "bench.settings",
-            "DATABASE_URL": database.url,
-            "DEBUG": "false",
-            "SECRET_KEY": secrets.token_urlsafe(50),
-            "ALLOWED_HOSTS": "127.0.0.1,localhost,testserver",
-            "CELERY_TASK_ALWAYS_EAGER": "false",
-            "PAYMENT_GATEWAY": "local",
-            "LOG_LEVEL": "WARNING",
-            "BENCH_RUN_ID": f"bench-prof-{secrets.token_hex(3)}",
-        }
-    )
-    database.create()
+    database = profiling_database()
     try:
-        import django
-
-        if args.orm_rows:
-            from .orm_rows import install
-
-            install()
-        django.setup()
+        django_setup(orm_rows=args.orm_rows)
         from django.core.handlers.wsgi import WSGIHandler
         from django.core.management import call_command
         from django.db import connection, connections
