@@ -50,8 +50,9 @@ preview's digest is made of). Strict argument fields for `Action.arguments_seria
 `MAX_SAFE_MINOR`. Views: `AuthenticatedHttpRequest` (a request behind `login_required`).
 Admin: `ReadOnlyModelAdmin`, `ReadOnlyInline` (an action's records are never edited in the admin).
 Fast rows for hot paths (an execution's recording, a webhook): `fetch_one(model, ...)` reads one row with a
-prepared statement, `insert_rows(instances)` inserts with one statement, `column_sql(model, name)` is a quoted
-column for raw SQL; use the ORM everywhere else.
+prepared statement, `insert_rows(instances)` inserts with one statement, `update_fields(instance, names)` is
+`save(update_fields=names)` without the ORM's compiling, `column_sql(model, name)` is a quoted column for raw
+SQL; use the ORM everywhere else.
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ from .registry import (
     Subject,
     registry,
 )
-from .rows import column_sql, fetch_one, insert_rows
+from .rows import column_sql, fetch_one, insert_rows, update_fields
 from .selectors import amount_in_flight, amount_in_flight_subquery
 from .services import audit_record, proposal_submit
 from .shop_import import ShopDataInvalid
@@ -175,4 +176,5 @@ __all__ = [
     "register_action",
     "register_import_section",
     "registry",
+    "update_fields",
 ]

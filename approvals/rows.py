@@ -19,8 +19,10 @@ from django.core.exceptions import FieldDoesNotExist
 from django.db import connection
 from django.db.models import AutoField, BigAutoField, Field, Model, SmallAutoField
 from django.db.models.constants import OnConflict
+from django.db.models.expressions import DatabaseDefault
 
 M = TypeVar("M", bound=Model)
+J = TypeVar("J", bound=Model)
 
 _AUTO_FIELDS = (AutoField, BigAutoField, SmallAutoField)
 
@@ -63,9 +65,16 @@ def statement_cursor() -> Iterator[Any]:
 
 
 @cache
-def _insert_statement(model: type[Model], *, rows: int, skip_conflicts: bool) -> tuple[str, tuple[Field, ...]]:
+def _insert_fields(model: type[Model]) -> tuple[Field, ...]:
+    return tuple(f for f in model._meta.local_concrete_fields if not f.generated and not isinstance(f, _AUTO_FIELDS))
+
+
+@cache
+def _insert_statement(
+    model: type[Model], *, rows: int, skip_conflicts: bool, left_to_database: tuple[bool, ...]
+) -> tuple[str, tuple[Field, ...]]:
     meta = model._meta
-    fields = tuple(f for f in meta.local_concrete_fields if not f.generated and not isinstance(f, _AUTO_FIELDS))
+    fields = tuple(f for f, omitted in zip(_insert_fields(model), left_to_database, strict=True) if not omitted)
     on_conflict = OnConflict.IGNORE if skip_conflicts else None
     row = "(" + ", ".join(["%s"] * len(fields)) + ")"
     returning, _params = connection.ops.return_insert_columns([meta.pk])
@@ -86,15 +95,24 @@ def _insert_statement(model: type[Model], *, rows: int, skip_conflicts: bool) ->
 
 def insert_statement(instances: Sequence[Model], *, skip_conflicts: bool = False) -> tuple[str, list[Any]]:
     """The `INSERT ... RETURNING <primary key>` of the instances (all of one model), and its parameters
-    (insert_rows runs it)."""
+    (insert_rows runs it). A field left to its `db_default` is left out, so that the column's own
+    DEFAULT fills it (it must be left to the database in every row or in none)."""
     model = type(instances[0])
     if skip_conflicts and len(instances) != 1:
         raise ValueError("skip_conflicts needs one row at a time, to know which one went in")
-    sql, fields = _insert_statement(model, rows=len(instances), skip_conflicts=skip_conflicts)
+    fields = _insert_fields(model)
+    values = [[field.pre_save(instance, add=True) for field in fields] for instance in instances]
+    left_to_database = tuple(isinstance(value, DatabaseDefault) for value in values[0])
+    if any(tuple(isinstance(value, DatabaseDefault) for value in row) != left_to_database for row in values[1:]):
+        raise ValueError("a field must be left to its database default in every row or in none")
+    sql, _fields = _insert_statement(
+        model, rows=len(instances), skip_conflicts=skip_conflicts, left_to_database=left_to_database
+    )
     params = [
-        field.get_db_prep_save(field.pre_save(instance, add=True), connection=connection)
-        for instance in instances
-        for field in fields
+        field.get_db_prep_save(value, connection=connection)
+        for row in values
+        for field, value, omitted in zip(fields, row, left_to_database, strict=True)
+        if not omitted
     ]
     return sql, params
 
@@ -149,29 +167,83 @@ def column_sql(model: type[Model], name: str) -> str:
     return f"{_quoted(model._meta.db_table)}.{_quoted(_column_field(model, name).column)}"
 
 
-@cache
-def _select_statement(
-    model: type[Model], names: tuple[str, ...], lock: bool, extra_columns: tuple[str, ...]
-) -> tuple[str, tuple[str, ...], tuple[Field, ...], tuple[list[tuple[Callable[..., Any], Any]], ...]]:
-    meta = model._meta
-    table = meta.db_table
-    columns = meta.concrete_fields
+Converters = tuple[list[tuple[Callable[..., Any], Any]], ...]
+
+
+def _read_columns(model: type[Model]) -> tuple[list[str], tuple[str, ...], Converters]:
+    """A model's concrete columns (qualified by its table), their attnames, and each one's converters."""
+    table = model._meta.db_table
+    columns = model._meta.concrete_fields
     converters = []
     for field in columns:
         column = field.get_col(table)
         field_converters = connection.ops.get_db_converters(column) + column.get_db_converters(connection)
         converters.append([(convert, column) for convert in field_converters])
-    where = " AND ".join(f"{_quoted(_column_field(model, name).column)} = %s" for name in names)
-    selected = [f"{_quoted(table)}.{_quoted(f.column)}" for f in columns] + [f"({sql})" for sql in extra_columns]
-    sql = f"SELECT {', '.join(selected)} FROM {_quoted(table)} WHERE {where}"
+    selected = [f"{_quoted(table)}.{_quoted(f.column)}" for f in columns]
+    return selected, tuple(f.attname for f in columns), tuple(converters)
+
+
+def _instance_from(model: type[M], attnames: tuple[str, ...], converters: tuple[Any, ...], row: Sequence[Any]) -> M:
+    values = []
+    for value, field_converters in zip(row, converters, strict=True):
+        for convert, column in field_converters:
+            value = convert(value, column, connection)
+        values.append(value)
+    return model.from_db(connection.alias, attnames, values)
+
+
+@cache
+def _select_statement(
+    model: type[Model],
+    names: tuple[str, ...],
+    lock: bool,
+    extra_columns: tuple[str, ...],
+    joined: type[Model] | None = None,
+) -> tuple[str, tuple[Any, ...], tuple[Field, ...]]:
+    table = _quoted(model._meta.db_table)
+    selected, attnames, converters = _read_columns(model)
+    readers: tuple[Any, ...] = ((model, attnames, converters),)
+    source = table
+    if joined is not None:
+        joined_selected, joined_attnames, joined_converters = _read_columns(joined)
+        selected += joined_selected
+        readers += ((joined, joined_attnames, joined_converters),)
+        joined_table, joined_key = _quoted(joined._meta.db_table), _quoted(joined._meta.pk.column)
+        source += f" JOIN {joined_table} ON {joined_table}.{joined_key} = {table}.{_quoted(model._meta.pk.column)}"
+    selected += [f"({sql})" for sql in extra_columns]
+    where = " AND ".join(f"{table}.{_quoted(_column_field(model, name).column)} = %s" for name in names)
+    sql = f"SELECT {', '.join(selected)} FROM {source} WHERE {where}"
     if lock:
-        sql += " FOR UPDATE"
-    return (
-        sql,
-        tuple(f.attname for f in columns),
-        tuple(_column_field(model, name) for name in names),
-        tuple(converters),
+        sql += f" FOR UPDATE OF {table}" if joined is not None else " FOR UPDATE"
+    return sql, readers, tuple(_column_field(model, name) for name in names)
+
+
+def _fetch_row(
+    model: type[Model],
+    lock: bool,
+    extra: dict[str, tuple[str, Sequence[Any]]] | None,
+    joined: type[Model] | None,
+    equals: dict[str, Any],
+) -> list[Model] | None:
+    lock = lock and connection.features.has_select_for_update
+    extra = extra or {}
+    sql, readers, fields = _select_statement(
+        model, tuple(equals), lock, tuple(subquery for subquery, _params in extra.values()), joined
     )
+    params = [value for _sql, subquery_params in extra.values() for value in subquery_params]
+    params += [field.get_db_prep_value(value, connection) for field, value in zip(fields, equals.values(), strict=True)]
+    with statement_cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    instances, start = [], 0
+    for reader_model, attnames, converters in readers:
+        instances.append(_instance_from(reader_model, attnames, converters, row[start : start + len(attnames)]))
+        start += len(attnames)
+    for name, value in zip(extra, row[start:], strict=True):
+        setattr(instances[0], name, value)
+    return instances
 
 
 def fetch_one(
@@ -183,24 +255,22 @@ def fetch_one(
     `extra` names scalar subqueries (SQL and its parameters) read in the same statement, as `annotate()`
     would; each becomes an attribute of the instance.
     """
-    lock = lock and connection.features.has_select_for_update
-    extra = extra or {}
-    sql, attnames, fields, converters = _select_statement(
-        model, tuple(equals), lock, tuple(subquery for subquery, _params in extra.values())
-    )
-    params = [value for _sql, subquery_params in extra.values() for value in subquery_params]
-    params += [field.get_db_prep_value(value, connection) for field, value in zip(fields, equals.values(), strict=True)]
-    with statement_cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
-    if row is None:
+    instances = _fetch_row(model, lock, extra, None, equals)
+    return None if instances is None else instances[0]  # type: ignore[return-value]  # the row is of `model`
+
+
+def fetch_one_joined(
+    model: type[M],
+    joined: type[J],
+    *,
+    lock: bool = False,
+    extra: dict[str, tuple[str, Sequence[Any]]] | None = None,
+    **equals: Any,
+) -> tuple[M, J] | None:
+    """As fetch_one, together with the row of `joined` whose primary key is a one-to-one key to it, in one
+    statement (`select_related` of a reverse one-to-one, without the ORM's compiling); None when either
+    row is missing. `lock` locks the row of `model` only (FOR UPDATE OF its table)."""
+    instances = _fetch_row(model, lock, extra, joined, equals)
+    if instances is None:
         return None
-    values = []
-    for value, field_converters in zip(row, converters, strict=False):
-        for convert, column in field_converters:
-            value = convert(value, column, connection)
-        values.append(value)
-    instance = model.from_db(connection.alias, attnames, values)
-    for name, value in zip(extra, row[len(converters) :], strict=True):
-        setattr(instance, name, value)
-    return instance
+    return instances[0], instances[1]  # type: ignore[return-value]  # read as `model`, then `joined`

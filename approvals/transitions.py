@@ -18,14 +18,30 @@ from django.db import transaction
 logger = logging.getLogger(__name__)
 
 Listener = Callable[[str, str, str], None]
+Interest = Callable[[Any], bool]
 _listeners: list[Listener] = []
+_interests: dict[Listener, Interest] = {}
 
 
-def on_preview_transition(listener: Listener) -> Listener:
-    """Register `listener(preview_id, previous_status, status)`; usable as a decorator (in an AppConfig.ready)."""
+def on_preview_transition(listener: Listener, *, interested: Interest | None = None) -> Listener:
+    """Register `listener(preview_id, previous_status, status)`; usable as a decorator (in an AppConfig.ready).
+
+    `interested(preview)`, asked inside the transaction with the preview as the service holds it, may say
+    that the listener has nothing to do for this preview (from what the service read anyway), so that
+    no commit callback is queued for it."""
     if listener not in _listeners:
         _listeners.append(listener)
+    if interested is not None:
+        _interests[listener] = interested
     return listener
+
+
+def _listeners_for(preview: Any) -> list[Listener]:
+    return [listener for listener in _listeners if _interests.get(listener, _always)(preview)]
+
+
+def _always(preview: Any) -> bool:
+    return True
 
 
 def preview_transitioned(preview: Any, previous_status: str) -> None:
@@ -33,7 +49,9 @@ def preview_transitioned(preview: Any, previous_status: str) -> None:
     ("" for a new preview)."""
     if not _listeners or preview.status == previous_status:
         return
-    _notify_at_commit(str(preview.pk), previous_status, str(preview.status))
+    listeners = _listeners_for(preview)
+    if listeners:
+        _notify_at_commit(listeners, str(preview.pk), previous_status, str(preview.status))
 
 
 def preview_effect_changed(preview: Any) -> None:
@@ -41,13 +59,14 @@ def preview_effect_changed(preview: Any) -> None:
     status stays what it is changed afterwards (a refund the bank failed after it was executed). They
     are called with the same previous and new status, so that what they send (an agent webhook's
     envelope) carries the preview's new state: its outcome words and action fields come from the effect."""
-    if _listeners:
-        _notify_at_commit(str(preview.pk), str(preview.status), str(preview.status))
+    listeners = _listeners_for(preview)
+    if listeners:
+        _notify_at_commit(listeners, str(preview.pk), str(preview.status), str(preview.status))
 
 
-def _notify_at_commit(preview_id: str, previous_status: str, status: str) -> None:
+def _notify_at_commit(listeners: list[Listener], preview_id: str, previous_status: str, status: str) -> None:
     def notify() -> None:
-        for listener in list(_listeners):
+        for listener in listeners:
             try:
                 listener(preview_id, previous_status, status)
             except Exception:  # noqa: BLE001 - a listener must never undo or hide the transition

@@ -138,7 +138,12 @@ def _session_webhook_url(preview_id: str) -> str:
     return row[0] if row else ""
 
 
-@on_preview_transition
+def may_have_webhook(preview: Preview) -> bool:
+    """False when the service read, with the preview, that its session has no webhook URL (the
+    preview locks in approvals.services.locks read `agent_session_has_webhook`); True when unknown."""
+    return getattr(preview, "agent_session_has_webhook", True) is not False
+
+
 def preview_transition_webhook(preview_id: str, previous_status: str, status: str) -> None:
     """Record the message for the proposing session's webhook, if it has one, and hand it to a worker."""
     if not _session_webhook_url(preview_id):
@@ -155,6 +160,9 @@ def preview_transition_webhook(preview_id: str, previous_status: str, status: st
         payload=webhook_payload(preview, status),
     )
     _publish(delivery.pk)
+
+
+on_preview_transition(preview_transition_webhook, interested=may_have_webhook)
 
 
 def _publish(delivery_id: int, countdown: float = 0) -> None:

@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import F
 
-from approvals.plugin import Preview, ShopDataInvalid, amount_of, fetch_one, insert_rows
+from approvals.plugin import Preview, ShopDataInvalid, amount_of, fetch_one, insert_rows, update_fields
 
 from .gateways import GatewayRefund, payment_gateway
 from .models import Order, Refund, RefundStatus
@@ -115,7 +115,7 @@ def refund_record(
     )
     order.refunded_minor += amount_of(preview)[0]
     order.version += 1
-    order.save(update_fields=["refunded_minor", "version", "updated_at"])
+    update_fields(order, ["refunded_minor", "version", "updated_at"])
     return {
         "refund_id": refund_id,
         "order_id": order.number,

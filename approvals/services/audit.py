@@ -14,6 +14,7 @@ from django.db import transaction
 from ..audit_log import canonical_bytes
 from ..digests import canonical_json
 from ..models import AgentSession, AuditEvent, AuditRecord, Preview
+from ..rows import insert_rows
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -60,7 +61,7 @@ def audit_record(
         approval_basis=_json_normalized(approval_basis),
         result=_json_normalized(result or {}),
     )
-    record.save(force_insert=True)
+    insert_rows([record])
     return record
 
 

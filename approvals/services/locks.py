@@ -20,7 +20,7 @@ Call these within the caller's transaction: the locks are held until it ends.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +30,7 @@ from django.db.models import Model, QuerySet
 
 from ..models import OPEN_STATUSES, AgentSession, Execution, ExecutionOutcome, Preview
 from ..registry import Action
-from ..rows import fetch_one, statement_cursor
+from ..rows import fetch_one, fetch_one_joined, statement_cursor
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -49,8 +49,9 @@ def person_lock(person: User) -> None:
 
 
 def preview_lock(preview_id: Any, **equals: Any) -> Preview | None:
-    """Lock one preview (and only when it also matches `equals`, e.g. `actor_id`); None if there is none."""
-    return fetch_one(Preview, lock=True, id=preview_id, **equals)
+    """Lock one preview (and only when it also matches `equals`, e.g. `actor_id`); None if there is none.
+    It carries `agent_session_revoked` and `agent_session_has_webhook`, read in the same statement."""
+    return fetch_one(Preview, lock=True, extra=_preview_session_facts(), id=preview_id, **equals)
 
 
 def previews_lock(previews: QuerySet[Preview], *, skip_locked: bool = False, limit: int | None = None) -> list[Preview]:
@@ -68,19 +69,33 @@ def _session_revoked_sql() -> tuple[str, list[Any]]:
     return (f"(SELECT s.revoked_at IS NOT NULL FROM {sessions} s WHERE s.id = {previews}.agent_session_id)", [])
 
 
-def execution_lock(preview_id: Any) -> tuple[Preview, Execution] | None:
-    """Lock the preview, then read its execution: what every step of an attempt starts with.
+@cache
+def _session_has_webhook_sql() -> tuple[str, list[Any]]:
+    """Whether the preview's agent session has a webhook URL (false without a session): the transition's
+    webhook listener is then not queued at all (approvals.webhooks.may_have_webhook)."""
+    quote = connection.ops.quote_name
+    sessions, previews = quote(AgentSession._meta.db_table), quote(Preview._meta.db_table)
+    url = quote(AgentSession._meta.get_field("webhook_url").column)
+    return (
+        f"COALESCE((SELECT s.{url} <> '' FROM {sessions} s WHERE s.id = {previews}.agent_session_id), false)",
+        [],
+    )
 
-    The preview carries `agent_session_revoked`, read in the same statement. Every writer of an
-    execution holds its preview's lock first, so a plain read of the execution is enough here.
+
+def _preview_session_facts() -> dict[str, tuple[str, Sequence[Any]]]:
+    return {"agent_session_revoked": _session_revoked_sql(), "agent_session_has_webhook": _session_has_webhook_sql()}
+
+
+def execution_lock(preview_id: Any) -> tuple[Preview, Execution] | None:
+    """Lock the preview and read its execution with it, in one statement: what every step of an attempt
+    starts with; None when there is either no preview or no execution.
+
+    The preview carries `agent_session_revoked` and `agent_session_has_webhook`, read in the same
+    statement. Every writer of an
+    execution holds its preview's lock first, so reading the execution without a lock of its own is
+    enough here.
     """
-    preview = fetch_one(Preview, lock=True, extra={"agent_session_revoked": _session_revoked_sql()}, id=preview_id)
-    if preview is None:
-        return None
-    execution = fetch_one(Execution, preview_id=preview.pk)
-    if execution is None:
-        return None
-    return preview, execution
+    return fetch_one_joined(Preview, Execution, lock=True, extra=_preview_session_facts(), id=preview_id)
 
 
 def execution_row_lock(preview: Preview) -> Execution | None:

@@ -9,8 +9,15 @@ from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from approvals.models import Execution, ExecutionOutcome, IdempotencyRecord, Preview, PreviewStatus
-from approvals.rows import column_sql, fetch_one, insert_rows, statement_cursor, update_fields
+from approvals.models import (
+    AuditRecord,
+    Execution,
+    ExecutionOutcome,
+    IdempotencyRecord,
+    Preview,
+    PreviewStatus,
+)
+from approvals.rows import column_sql, fetch_one, fetch_one_joined, insert_rows, statement_cursor, update_fields
 from approvals.selectors import amount_in_flight, amount_in_flight_subquery
 from refunds.models import Order
 from tests.conftest import agent_client_for
@@ -108,6 +115,51 @@ def test_fetch_one_reads_what_the_orm_reads(o12):
     assert fetch_one(Order, number=o12.number, customer_id=o12.customer_id).pk == o12.pk
     assert fetch_one(Order, number=o12.number, customer_id=o12.customer_id + 1) is None
     assert fetch_one(Order, number="no-such-order", customer_id=o12.customer_id) is None
+
+
+def test_fetch_one_joined_reads_both_rows_in_one_statement_as_the_orm_would(o12):
+    preview = with_execution(preview_for(o12, status=PreviewStatus.APPROVED), ExecutionOutcome.IN_PROGRESS)
+    other = with_execution(preview_for(o12, status=PreviewStatus.APPROVED), ExecutionOutcome.PENDING)
+
+    with CaptureQueriesContext(connection) as queries:  # in the test's transaction, which the lock needs
+        fetched = fetch_one_joined(Preview, Execution, lock=True, id=preview.pk)
+
+    assert len(queries) == 1
+    assert fetched is not None
+    fetched_preview, fetched_execution = fetched
+    expected = Preview.objects.select_related("execution").get(pk=preview.pk)
+    for field in Preview._meta.concrete_fields:
+        assert getattr(fetched_preview, field.attname) == getattr(expected, field.attname), field.name
+    for field in Execution._meta.concrete_fields:
+        assert getattr(fetched_execution, field.attname) == getattr(expected.execution, field.attname), field.name
+    assert fetched_execution.outcome == ExecutionOutcome.IN_PROGRESS
+    assert fetch_one_joined(Preview, Execution, id=other.pk)[1].outcome == ExecutionOutcome.PENDING
+    if connection.vendor == "postgresql":
+        assert "FOR UPDATE OF" in queries[0]["sql"]
+
+
+def test_fetch_one_joined_is_none_without_the_joined_row(o12):
+    preview = preview_for(o12)
+    insert_rows([preview])  # no execution yet
+
+    assert fetch_one_joined(Preview, Execution, id=preview.pk) is None
+    assert fetch_one_joined(Preview, Execution, id=uuid.uuid4()) is None
+
+
+def test_insert_rows_leaves_a_db_default_to_the_database(o12):
+    record = AuditRecord(event="proposed", subject_type="order", subject_id=o12.number, result={"n": 1})
+
+    assert insert_rows([record]) == 1
+
+    stored = AuditRecord.objects.get(pk=record.pk)
+    assert stored.result == {"n": 1}
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_current_xact_id_if_assigned()::text::bigint")
+            in_test_transaction = cursor.fetchone()[0]
+        assert stored.transaction_id == in_test_transaction  # the column's DEFAULT, pg_current_xact_id()
+    else:
+        assert stored.transaction_id == 0
 
 
 @pytest.mark.parametrize(

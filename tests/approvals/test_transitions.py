@@ -41,3 +41,38 @@ def test_a_decline_is_heard_only_once_its_transaction_committed(
     for callback in pending:
         callback()
     assert heard[-1] == (str(preview.pk), "awaiting_customer", "declined")
+
+
+def test_a_listener_not_interested_in_a_preview_queues_nothing_for_it(
+    alice, o12, alice_agent, monkeypatch, django_capture_on_commit_callbacks
+):
+    seen = []
+
+    def listener(pid, old, new):
+        seen.append((pid, old, new))
+
+    monkeypatch.setattr(transitions, "_listeners", [])
+    monkeypatch.setattr(transitions, "_interests", {})
+    transitions.on_preview_transition(listener, interested=lambda preview: preview.subject_id != o12.number)
+
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        preview = make_preview(alice_agent)
+        preview_approve(preview_id=preview.pk, approver=alice, role=ApprovalRole.CUSTOMER, digest=preview.digest)
+
+    assert seen == []
+    assert not [callback for callback in callbacks if getattr(callback, "is_transition_notice", False)]
+
+
+def test_the_webhook_listener_is_not_queued_for_a_session_read_without_a_webhook(
+    alice, o12, alice_agent, django_capture_on_commit_callbacks
+):
+    from approvals.webhooks import preview_transition_webhook
+
+    assert preview_transition_webhook in transitions._listeners
+    with django_capture_on_commit_callbacks(execute=True):
+        preview = make_preview(alice_agent)
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        preview_approve(preview_id=preview.pk, approver=alice, role=ApprovalRole.CUSTOMER, digest=preview.digest)
+
+    # The confirmation read with the preview that its session has no webhook URL: nothing is queued to ask.
+    assert not [callback for callback in callbacks if getattr(callback, "is_transition_notice", False)]
