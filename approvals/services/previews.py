@@ -3,13 +3,9 @@ approvals put it in, a status change with its reason, and its approvals as the e
 
 from __future__ import annotations
 
-from functools import cache
-
-from django.db import connection
-
 from ..digests import digest_of
 from ..models import Approval, Preview, PreviewStatus
-from ..rows import update_fields
+from ..rows import fetch_all, update_fields
 from ..transitions import preview_transitioned
 
 
@@ -54,14 +50,6 @@ def preview_mark(preview: Preview, status: PreviewStatus, *, code: str = "", rea
     preview_transitioned(preview, previous)
 
 
-@cache
-def _approvals_sql() -> str:
-    quote = connection.ops.quote_name
-    column = Approval._meta.get_field("preview").column
-    return f"SELECT * FROM {quote(Approval._meta.db_table)} WHERE {quote(column)} = %s"
-
-
 def approvals_of(preview: Preview) -> list[Approval]:
     """`list(preview.approvals.all())`, with its SQL built once: every execution reads them."""
-    key = Preview._meta.pk.get_db_prep_value(preview.pk, connection)
-    return list(Approval.objects.raw(_approvals_sql(), [key]))
+    return fetch_all(Approval, preview_id=preview.pk)

@@ -17,7 +17,15 @@ from approvals.models import (
     Preview,
     PreviewStatus,
 )
-from approvals.rows import column_sql, fetch_one, fetch_one_joined, insert_rows, statement_cursor, update_fields
+from approvals.rows import (
+    column_sql,
+    fetch_all,
+    fetch_one,
+    fetch_one_joined,
+    insert_rows,
+    statement_cursor,
+    update_fields,
+)
 from approvals.selectors import amount_in_flight, amount_in_flight_subquery
 from refunds.models import Order
 from tests.conftest import agent_client_for
@@ -136,6 +144,32 @@ def test_fetch_one_joined_reads_both_rows_in_one_statement_as_the_orm_would(o12)
     assert fetch_one_joined(Preview, Execution, id=other.pk)[1].outcome == ExecutionOutcome.PENDING
     if connection.vendor == "postgresql":
         assert "FOR UPDATE OF" in queries[0]["sql"]
+
+
+def test_fetch_all_reads_every_matching_row_as_the_orm_would(alice_agent):
+    insert_rows(
+        [
+            IdempotencyRecord(
+                agent_session=alice_agent.agent_session,
+                key=f"k{i}",
+                request_fingerprint="f",
+                response_status=i,
+                response_body={"i": i},
+            )
+            for i in range(3)
+        ]
+    )
+
+    fetched = fetch_all(IdempotencyRecord, agent_session_id=alice_agent.agent_session.pk)
+    expected = list(IdempotencyRecord.objects.filter(agent_session=alice_agent.agent_session))
+
+    assert len(fetched) == 3
+    for field in IdempotencyRecord._meta.concrete_fields:
+        assert sorted(str(getattr(r, field.attname)) for r in fetched) == sorted(
+            str(getattr(r, field.attname)) for r in expected
+        ), field.name
+    assert all(r._state.adding is False for r in fetched)
+    assert fetch_all(IdempotencyRecord, agent_session_id=alice_agent.agent_session.pk, key="none") == []
 
 
 def test_fetch_one_joined_is_none_without_the_joined_row(o12):
