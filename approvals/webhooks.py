@@ -139,9 +139,19 @@ def _session_webhook_url(preview_id: str) -> str:
 
 
 def may_have_webhook(preview: Preview) -> bool:
-    """False when the service read, with the preview, that its session has no webhook URL (the
-    preview locks in approvals.services.locks read `agent_session_has_webhook`); True when unknown."""
-    return getattr(preview, "agent_session_has_webhook", True) is not False
+    """Whether the preview's agent session may have a webhook URL, from what the service holds already:
+    the session itself when it is loaded (a new proposal's), or `agent_session_has_webhook` read with the
+    preview by the locks in approvals.services.locks. True when neither says. A session's webhook URL is
+    set when the session is minted, before any preview of it exists."""
+    known = getattr(preview, "agent_session_has_webhook", None)
+    if known is not None:
+        return bool(known)
+    if preview.agent_session_id is None:
+        return False
+    if Preview.agent_session.is_cached(preview):
+        session = preview.agent_session
+        return session is not None and bool(session.webhook_url)
+    return True
 
 
 def preview_transition_webhook(preview_id: str, previous_status: str, status: str) -> None:

@@ -408,7 +408,7 @@ def _wait_executed(ids: list[Any], timeout: float, interval: float = 0.05) -> di
         time.sleep(interval)
 
 
-def measure_commit_throughput(profile: Profile) -> dict[str, Any]:
+def measure_commit_throughput(profile: Profile, processes: Processes) -> dict[str, Any]:
     """Queue a batch of executions with the workers paused, then let both workers drain the queue:
     executions per second from the moment they resume to the last `executed_at`.
 
@@ -436,6 +436,7 @@ def measure_commit_throughput(profile: Profile) -> dict[str, Any]:
     confirm_started = time.time()
     for preview in previews:
         _confirm(preview)
+    cpu_before = processes.cpu_seconds()
     resumed_at = confirmed = time.time()
     resumed = app.control.add_consumer(queue, destination=workers, reply=True, timeout=5)
     if len(resumed) != 2:
@@ -443,6 +444,7 @@ def measure_commit_throughput(profile: Profile) -> dict[str, Any]:
     ids = [p.pk for p in previews]
     # Polled seldom, to leave PostgreSQL to the workers: the figure comes from executed_at, not the poll.
     counts = _wait_executed(ids, timeout=60, interval=0.5)
+    cpu_after = processes.cpu_seconds()
     executed = Preview.objects.filter(pk__in=ids, status=PreviewStatus.EXECUTED)
     last = executed.aggregate(last=Max("executed_at"))["last"]
     n = counts.get(PreviewStatus.EXECUTED, 0)
@@ -454,6 +456,12 @@ def measure_commit_throughput(profile: Profile) -> dict[str, Any]:
         "confirm_seconds": round(confirmed - confirm_started, 2),
         "drain_seconds": round(elapsed, 3),
         "executions_per_s": round(n / elapsed, 1) if n else 0.0,
+        # CPU of the drain alone, per execution (the poll above is in the runner, not counted).
+        "cpu_ms_per_execution": {
+            name: round((cpu_after[name] - cpu_before.get(name, 0.0)) * 1000 / max(1, n), 2)
+            for name in cpu_after
+            if name in ("worker1", "worker2", "sealer", "postgres")
+        },
     }
 
 
@@ -1048,14 +1056,7 @@ def _run(
         processes.check_alive()
     if "commit" in phases:
         log(f"commit pipeline: {profile.commit_batch} confirmations executed by two workers")
-        cpu_before = processes.cpu_seconds()
-        throughput = measure_commit_throughput(profile)
-        cpu_after = processes.cpu_seconds()
-        throughput["cpu_ms_per_execution"] = {
-            name: round((cpu_after[name] - cpu_before.get(name, 0.0)) * 1000 / max(1, throughput["executed"]), 2)
-            for name in cpu_after
-            if name in ("worker1", "worker2", "sealer", "postgres")
-        }
+        throughput = measure_commit_throughput(profile, processes)
         log(f"  {throughput}")
         log(f"confirm → executed with idle workers: {profile.latency_samples} samples")
         latency = measure_confirm_latency(profile)

@@ -91,9 +91,8 @@ def execution_lock(preview_id: Any) -> tuple[Preview, Execution] | None:
     starts with; None when there is either no preview or no execution.
 
     The preview carries `agent_session_revoked` and `agent_session_has_webhook`, read in the same
-    statement. Every writer of an
-    execution holds its preview's lock first, so reading the execution without a lock of its own is
-    enough here.
+    statement. Every writer of an execution holds its preview's lock first, so reading the execution
+    without a lock of its own is enough here.
     """
     return fetch_one_joined(Preview, Execution, lock=True, extra=_preview_session_facts(), id=preview_id)
 

@@ -3,9 +3,9 @@
 import pytest
 
 from approvals import transitions
-from approvals.models import ApprovalRole
+from approvals.models import ApprovalRole, Preview
 from approvals.services import preview_approve, preview_decline, preview_execute
-from tests.approvals.test_preview_execute import make_preview
+from tests.approvals.test_preview_execute import make_preview, propose
 
 
 @pytest.fixture
@@ -69,8 +69,13 @@ def test_the_webhook_listener_is_not_queued_for_a_session_read_without_a_webhook
     from approvals.webhooks import preview_transition_webhook
 
     assert preview_transition_webhook in transitions._listeners
-    with django_capture_on_commit_callbacks(execute=True):
-        preview = make_preview(alice_agent)
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        response = propose(alice_agent, order_id=o12.number, amount_minor=500, reason="damaged")
+    assert response.status_code == 201
+    # The proposal holds its session, which has no webhook URL: nothing is queued to ask.
+    assert not [callback for callback in callbacks if getattr(callback, "is_transition_notice", False)]
+    preview = Preview.objects.get(pk=response.json()["preview"]["id"])
+
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         preview_approve(preview_id=preview.pk, approver=alice, role=ApprovalRole.CUSTOMER, digest=preview.digest)
 
