@@ -1,6 +1,7 @@
 """The plain ORM in place of approvals.rows' hand-built statements, to measure what they buy.
 
-`install()` replaces `fetch_one`, `insert_rows`, `update_fields` and `statement_cursor` in
+`install()` replaces `fetch_one`, `fetch_one_joined`, `fetch_all`, `insert_rows`, `update_fields` and
+`statement_cursor` in
 `approvals.rows` by what the ORM does for the same call, before any module imports them (call it before
 `django.setup()`). The profile scripts take `--orm-rows` for it: the difference in CPU per proposal and
 per execution is the hand-built statements' gain (docs/benchmarks.md keeps them only where it is about
@@ -28,6 +29,26 @@ def install() -> None:
             queryset = queryset.annotate(**{name: RawSQL(sql, params) for name, (sql, params) in extra.items()})
         return next(iter(queryset[:1]), None)
 
+    def fetch_one_joined(
+        model: Any, joined: Any, *, lock: bool = False, extra: dict[str, Any] | None = None, **equals: Any
+    ) -> Any:
+        accessor = joined._meta.pk.remote_field.get_accessor_name()
+        queryset = model._default_manager.filter(**equals).select_related(accessor)
+        if lock:
+            queryset = queryset.select_for_update(of=("self",))
+        if extra:
+            queryset = queryset.annotate(**{name: RawSQL(sql, params) for name, (sql, params) in extra.items()})
+        instance = next(iter(queryset[:1]), None)
+        if instance is None:
+            return None
+        try:
+            return instance, getattr(instance, accessor)
+        except joined.DoesNotExist:
+            return None
+
+    def fetch_all(model: Any, **equals: Any) -> list[Any]:
+        return list(model._default_manager.filter(**equals))
+
     def insert_rows(instances: Sequence[Any], *, skip_conflicts: bool = False) -> int:
         if not skip_conflicts:
             type(instances[0])._default_manager.bulk_create(instances)
@@ -48,6 +69,8 @@ def install() -> None:
             yield cursor
 
     rows.fetch_one = fetch_one  # type: ignore[assignment]  # the measurement's stand-in
+    rows.fetch_one_joined = fetch_one_joined  # type: ignore[assignment]  # the measurement's stand-in
+    rows.fetch_all = fetch_all  # type: ignore[assignment]  # the measurement's stand-in
     rows.insert_rows = insert_rows
     rows.update_fields = update_fields
     rows.statement_cursor = statement_cursor  # type: ignore[assignment]  # the measurement's stand-in

@@ -198,12 +198,15 @@ class Processes:
                 process.wait(timeout=10)
         self.started.clear()
 
-    def cpu_seconds(self) -> dict[Any, float]:
+    def cpu_seconds(self) -> dict[str, float]:
         """CPU seconds (user + system) used so far by each started process with its children (a
-        process group each), and by each PostgreSQL process on this machine (keyed by its pid): read
-        from /proc, so that the report can say where an execution's CPU goes (`cpu_spent`)."""
+        process group each), and by PostgreSQL on this machine: read from /proc, so that the report can
+        say where an execution's CPU goes. PostgreSQL's figure includes the backends that have ended
+        (the postmaster's time of its waited-for children): a worker replaces its connection every
+        CELERY_DB_REUSE_MAX tasks, and its old backend's CPU must not drop out of the sum."""
         groups = {process.pid: name for name, process in self.started}
-        spent: dict[Any, float] = {name: 0.0 for name in groups.values()}
+        spent: dict[str, float] = {name: 0.0 for name in groups.values()}
+        spent["postgres"] = 0.0
         tick = os.sysconf("SC_CLK_TCK")
         for stat in Path("/proc").glob("[0-9]*/stat"):
             try:
@@ -212,23 +215,11 @@ class Processes:
                 continue
             command = text[text.index("(") + 1 : text.rindex(")")]
             fields = text.rsplit(")", 1)[1].split()
-            seconds = (int(fields[11]) + int(fields[12])) / tick
             name = groups.get(int(fields[2]))
             if name:
-                spent[name] += seconds
+                spent[name] += (int(fields[11]) + int(fields[12])) / tick
             elif command.startswith("postgres"):
-                spent[("postgres", int(stat.parent.name))] = seconds
-        return spent
-
-    @staticmethod
-    def cpu_spent(before: dict[Any, float], after: dict[Any, float]) -> dict[str, float]:
-        """CPU seconds spent between two readings, PostgreSQL's processes summed as "postgres". A backend
-        that started in between counts whole; one that ended in between (a worker's connection past
-        CONN_MAX_AGE, replaced at its next task) is left out rather than subtracted."""
-        spent: dict[str, float] = {"postgres": 0.0}
-        for key, seconds in after.items():
-            name = key[0] if isinstance(key, tuple) else key
-            spent[name] = spent.get(name, 0.0) + seconds - before.get(key, 0.0)
+                spent["postgres"] += sum(int(value) for value in fields[11:15]) / tick
         return spent
 
     def check_alive(self) -> None:
@@ -456,7 +447,7 @@ def measure_commit_throughput(profile: Profile, processes: Processes) -> dict[st
     ids = [p.pk for p in previews]
     # Polled seldom, to leave PostgreSQL to the workers: the figure comes from executed_at, not the poll.
     counts = _wait_executed(ids, timeout=60, interval=0.5)
-    cpu_spent = processes.cpu_spent(cpu_before, processes.cpu_seconds())
+    cpu_after = processes.cpu_seconds()
     executed = Preview.objects.filter(pk__in=ids, status=PreviewStatus.EXECUTED)
     last = executed.aggregate(last=Max("executed_at"))["last"]
     n = counts.get(PreviewStatus.EXECUTED, 0)
@@ -470,8 +461,8 @@ def measure_commit_throughput(profile: Profile, processes: Processes) -> dict[st
         "executions_per_s": round(n / elapsed, 1) if n else 0.0,
         # CPU of the drain alone, per execution (of it, the poll above is one query every half second).
         "cpu_ms_per_execution": {
-            name: round(seconds * 1000 / max(1, n), 2)
-            for name, seconds in cpu_spent.items()
+            name: round((cpu_after[name] - cpu_before.get(name, 0.0)) * 1000 / max(1, n), 2)
+            for name in cpu_after
             if name in ("worker1", "worker2", "sealer", "postgres")
         },
     }
