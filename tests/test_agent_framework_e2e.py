@@ -26,7 +26,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from approvals.models import AuditEvent, AuditRecord, Preview
 from approvals.services import agent_session_create
 from refunds.models import LocalGatewayRefund, Refund
-from tests.browser import launch, requires_chromium
+from tests.browser import launch, log_in, requires_chromium
 from tests.factories import OrderFactory, UserFactory
 
 PASSWORD = "correct horse battery staple"
@@ -146,9 +146,7 @@ def confirm_in_chromium(confirm_url: str) -> None:
         try:
             page = browser.new_page()
             page.goto(confirm_url)
-            page.get_by_label("Username").fill("alice")
-            page.get_by_label("Password").fill(PASSWORD)
-            page.get_by_role("button", name="Log in").click()
+            log_in(page, "alice", PASSWORD)
             expect(page).to_have_url(confirm_url)
             expect(page.get_by_role("heading", level=1)).to_have_text("Refund €5.00 on order o-12")
             page.get_by_role("button", name=re.compile(r"^Confirm")).click()

@@ -3,15 +3,13 @@
 Playwright drives Debian's Chromium (/usr/bin/chromium); it never downloads a browser of its own.
 """
 
-import json
 import re
-import urllib.request
 
 import pytest
 
 from approvals.services import agent_session_create
 from refunds.models import LocalGatewayRefund, Refund
-from tests.browser import ARTIFACTS, launch, requires_chromium
+from tests.browser import ARTIFACTS, agent_request, launch, log_in, requires_chromium
 from tests.factories import OrderFactory, UserFactory
 
 PASSWORD = "correct horse battery staple"
@@ -20,17 +18,6 @@ pytestmark = [
     pytest.mark.browser,
     requires_chromium,
 ]
-
-
-def agent_request(url: str, token: str, body: dict | None = None) -> tuple[int, dict]:
-    request = urllib.request.Request(
-        url,
-        data=None if body is None else json.dumps(body).encode(),
-        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-        method="GET" if body is None else "POST",
-    )
-    with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 - the live test server
-        return response.status, json.load(response)
 
 
 def test_alice_confirms_a_proposed_refund_in_the_browser(live_server, monkeypatch, settings):
@@ -63,9 +50,7 @@ def test_alice_confirms_a_proposed_refund_in_the_browser(live_server, monkeypatc
             page.goto(confirm_url)
 
             expect(page).to_have_url(re.compile(r"/accounts/login/\?next=/previews/"))
-            page.get_by_label("Username").fill("alice")
-            page.get_by_label("Password").fill(PASSWORD)
-            page.get_by_role("button", name="Log in").click()
+            log_in(page, "alice", PASSWORD)
 
             expect(page).to_have_url(confirm_url)
             expect(page.get_by_role("heading", level=1)).to_have_text("Refund €5.00 on order o-12")

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from refunds.models import LocalGatewayRefund, Refund
-from tests.browser import ARTIFACTS, launch, requires_chromium
+from tests.browser import ARTIFACTS, launch, log_in, requires_chromium
 from tests.factories import OrderFactory
 
 from .conftest import confirmed, make_reviewer, proposed
@@ -42,9 +42,7 @@ def test_a_reviewer_approves_a_refund_in_the_console(live_server, alice, setting
             page = browser.new_page(viewport={"width": 1200, "height": 900})
             page.goto(f"{live_server.url}/console/")
             expect(page).to_have_url(re.compile(r"/accounts/login/\?next=/console/"))
-            page.get_by_label("Username").fill("sam")
-            page.get_by_label("Password").fill(PASSWORD)
-            page.get_by_role("button", name="Log in").click()
+            log_in(page, "sam", PASSWORD)
 
             expect(page.get_by_role("heading", level=1)).to_have_text("Review queue")
             row = page.get_by_role("row", name=re.compile("Refund €120.00 on o-77 for alice, damaged"))

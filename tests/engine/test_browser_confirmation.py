@@ -2,30 +2,17 @@
 rename, the board's owner logs in, reads exactly what will change, confirms, and sees the outcome the
 executor reported. Playwright drives Debian's Chromium (/usr/bin/chromium)."""
 
-import json
 import re
-import urllib.request
 
 import pytest
 
 from approvals.models import Execution, PreviewStatus
 from approvals.services import agent_session_create
-from tests.browser import ARTIFACTS, launch, requires_chromium
+from tests.browser import ARTIFACTS, agent_request, launch, log_in, requires_chromium
 from tests.engine.conftest import events
 from tests.engine.factories import PASSWORD, BoardFactory, PersonFactory
 
 pytestmark = [pytest.mark.browser, requires_chromium]
-
-
-def agent_post(url: str, token: str, body: dict) -> tuple[int, dict]:
-    request = urllib.request.Request(
-        url,
-        data=json.dumps(body).encode(),
-        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-        method="POST",
-    )
-    with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 - the live test server
-        return response.status, json.load(response)
 
 
 def test_the_owner_confirms_a_rename_in_the_browser(live_server, monkeypatch, settings):
@@ -37,7 +24,7 @@ def test_the_owner_confirms_a_rename_in_the_browser(live_server, monkeypatch, se
     board = BoardFactory(id="b-7", owner=owner, title="Roadmap")
     _session, token = agent_session_create(user=owner, tools=["rename_board"])
 
-    status, answer = agent_post(
+    status, answer = agent_request(
         f"{live_server.url}/api/agent/tool-calls",
         token,
         {"name": "rename_board", "arguments": {"board_id": "b-7", "title": "Plans for 2027"}},
@@ -54,9 +41,7 @@ def test_the_owner_confirms_a_rename_in_the_browser(live_server, monkeypatch, se
             page = browser.new_page(viewport={"width": 390, "height": 844})
             page.goto(confirm_url)
             expect(page).to_have_url(re.compile(r"/accounts/login/\?next=/previews/"))
-            page.get_by_label("Username").fill("olga")
-            page.get_by_label("Password").fill(PASSWORD)
-            page.get_by_role("button", name="Log in").click()
+            log_in(page, "olga", PASSWORD)
 
             expect(page).to_have_url(confirm_url)
             expect(page.get_by_role("heading", level=1)).to_have_text("Rename board b-7 to “Plans for 2027”")

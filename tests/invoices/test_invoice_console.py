@@ -9,7 +9,7 @@ from django.contrib.auth.models import Group
 
 from approvals.models import Preview, PreviewStatus
 from invoices.models import Delivery, Invoice
-from tests.browser import ARTIFACTS, launch, requires_chromium
+from tests.browser import ARTIFACTS, launch, log_in, requires_chromium
 from tests.conftest import agent_client_for
 from tests.factories import StaffFactory
 
@@ -106,9 +106,7 @@ def test_browser_a_reviewer_approves_an_invoice_send_and_sees_it_delivered(
         try:
             page = browser.new_page(viewport={"width": 1200, "height": 900})
             page.goto(f"{live_server.url}/console/")
-            page.get_by_label("Username").fill("ivy")
-            page.get_by_label("Password").fill("approver-pass-for-tests")
-            page.get_by_role("button", name="Log in").click()
+            log_in(page, "ivy", "approver-pass-for-tests")
             page.get_by_role("link", name=re.compile("Send invoice INV-17 to accounts@example.test")).click()
             expect(page.get_by_role("region", name=re.compile("exactly as it will be sent"))).to_contain_text(
                 "accounts@example.test"
