@@ -11,22 +11,10 @@ from typing import Any
 
 def profiling_database() -> Any:
     """Create the profile's own database and point the benchmark's settings at it; drop it afterwards."""
-    from .run import Database
+    from .run import Database, bench_environment
 
     database = Database(os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/postgres")
-    os.environ.update(
-        {
-            "DJANGO_SETTINGS_MODULE": "bench.settings",
-            "DATABASE_URL": database.url,
-            "DEBUG": "false",
-            "SECRET_KEY": secrets.token_urlsafe(50),
-            "ALLOWED_HOSTS": "127.0.0.1,localhost,testserver",
-            "CELERY_TASK_ALWAYS_EAGER": "false",
-            "PAYMENT_GATEWAY": "local",
-            "LOG_LEVEL": "WARNING",
-            "BENCH_RUN_ID": f"bench-prof-{secrets.token_hex(3)}",
-        }
-    )
+    os.environ.update(bench_environment(database.url, f"bench-prof-{secrets.token_hex(3)}"))
     database.create()
     return database
 

@@ -895,6 +895,22 @@ def markdown_table(rows: list[dict[str, str]]) -> str:
 # Main ---------------------------------------------------------------------------------------------
 
 
+def bench_environment(database_url: str, run_id: str) -> dict[str, str]:
+    """The environment every process of a run (and the in-process profiles) runs Django with: the
+    benchmark's settings on its own database, production-like (no DEBUG, a real broker, the local gateway)."""
+    return {
+        "DJANGO_SETTINGS_MODULE": "bench.settings",
+        "DATABASE_URL": database_url,
+        "DEBUG": "false",
+        "SECRET_KEY": secrets.token_urlsafe(50),
+        "ALLOWED_HOSTS": "127.0.0.1,localhost,testserver",
+        "CELERY_TASK_ALWAYS_EAGER": "false",
+        "PAYMENT_GATEWAY": "local",
+        "LOG_LEVEL": "WARNING",
+        "BENCH_RUN_ID": run_id,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="the everyday run, under two minutes")
@@ -916,16 +932,8 @@ def main(argv: list[str] | None = None) -> int:
     port = free_port()
     env = {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "bench.settings",
-        "DATABASE_URL": database.url,
+        **bench_environment(database.url, run_id),
         "REDIS_URL": redis_url,
-        "DEBUG": "false",
-        "SECRET_KEY": secrets.token_urlsafe(50),
-        "ALLOWED_HOSTS": "127.0.0.1,localhost,testserver",
-        "CELERY_TASK_ALWAYS_EAGER": "false",
-        "PAYMENT_GATEWAY": "local",
-        "LOG_LEVEL": "WARNING",
-        "BENCH_RUN_ID": run_id,
         # A key of the run's own for the sealer (never printed; the run's database is dropped after).
         "AUDIT_SIGNING_KEY": base64.b64encode(os.urandom(32)).decode(),
         "GUNICORN_BIND": f"127.0.0.1:{port}",
