@@ -11,7 +11,8 @@ measures, each against a floor taken in the same run on the same machine:
    (bench/bare.py, a second gunicorn with CommonMiddleware alone); then, open loop (bench/open_loop.py),
    proposals at a constant arrival rate of half the pipeline's measured capacity at 16 connections, with
    latency from each request's scheduled send time;
-2. the commit pipeline (confirmations executed by the two workers through Redis), against the same SQL
+2. the commit pipeline (confirmations queued while the two workers are paused, then drained by them
+   through Redis), against the same SQL
    transaction run by pgbench (bench/commit_floor.sql), and confirm -> executed latency with idle workers;
 3. the staff console's queue with 10,000 previews waiting: first page time and query count;
 4. the audit log after the run: every record sealed (by the one sealer process, `seal_audit --loop`,
@@ -649,7 +650,7 @@ def measure_seal_lag(since: datetime) -> dict[str, Any]:
     """How long each audit record written since `since` waited to be sealed after its transaction: the time
     of the first signed tree head that includes it minus the time of its transaction's last audit record
     (the nearest to its COMMIT the database keeps; a record's own time would count the rest of a long
-    transaction, such as the benchmark's 5,000 confirmations in one, as seal lag)."""
+    transaction as seal lag; and a long COMMIT still counts, which the records cannot show)."""
     from django.db import connection
 
     with connection.cursor() as cursor:
