@@ -227,7 +227,7 @@ def _select_statement(
     where = " AND ".join(f"{table}.{_quoted(_column_field(model, name).column)} = %s" for name in names)
     sql = f"SELECT {', '.join(selected)} FROM {source} WHERE {where}"
     if lock:
-        sql += f" FOR UPDATE OF {table}" if joined is not None else " FOR UPDATE"
+        sql += " FOR UPDATE"
     return sql, readers, tuple(_column_field(model, name) for name in names)
 
 
@@ -296,7 +296,13 @@ def fetch_one_joined(
 ) -> tuple[M, J] | None:
     """As fetch_one, together with the row of `joined` whose primary key is a one-to-one key to it, in one
     statement (`select_related` of a reverse one-to-one, without the ORM's compiling); None when either
-    row is missing. `lock` locks the row of `model` only (FOR UPDATE OF its table)."""
+    row is missing.
+
+    `lock` locks both rows (FOR UPDATE of the join). It must: under READ COMMITTED, a statement that
+    waited for a lock reads the newest version of the rows it locks, but the rows it only joins as its
+    snapshot had them before the wait, so an execution read beside its preview's lock alone could be
+    one that a concurrent attempt has moved on since (tests/approvals/test_rows.py shows it; four
+    concurrent attempts then failed an executed invoice send)."""
     instances = _fetch_row(model, lock, extra, joined, equals)
     if instances is None:
         return None

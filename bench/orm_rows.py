@@ -32,19 +32,12 @@ def install() -> None:
     def fetch_one_joined(
         model: Any, joined: Any, *, lock: bool = False, extra: dict[str, Any] | None = None, **equals: Any
     ) -> Any:
-        accessor = joined._meta.pk.remote_field.get_accessor_name()
-        queryset = model._default_manager.filter(**equals).select_related(accessor)
-        if lock:
-            queryset = queryset.select_for_update(of=("self",))
-        if extra:
-            queryset = queryset.annotate(**{name: RawSQL(sql, params) for name, (sql, params) in extra.items()})
-        instance = next(iter(queryset[:1]), None)
+        # The ORM joins a reverse one-to-one with an outer join, which PostgreSQL can't lock: two queries.
+        instance = fetch_one(model, lock=lock, extra=extra, **equals)
         if instance is None:
             return None
-        try:
-            return instance, getattr(instance, accessor)
-        except joined.DoesNotExist:
-            return None
+        related = fetch_one(joined, lock=lock, pk=instance.pk)
+        return None if related is None else (instance, related)
 
     def fetch_all(model: Any, **equals: Any) -> list[Any]:
         return list(model._default_manager.filter(**equals))

@@ -90,9 +90,10 @@ def execution_lock(preview_id: Any) -> tuple[Preview, Execution] | None:
     """Lock the preview and read its execution with it, in one statement: what every step of an attempt
     starts with; None when there is either no preview or no execution.
 
-    The preview carries `agent_session_revoked` and `agent_session_has_webhook`, read in the same
-    statement. Every writer of an execution holds its preview's lock first, so reading the execution
-    without a lock of its own is enough here.
+    Both rows are locked, so that the execution read is its newest version after waiting for the
+    preview (rows.fetch_one_joined says why). Every writer of an execution holds its preview's lock
+    first, so the execution's own lock never waits. The preview carries `agent_session_revoked` and
+    `agent_session_has_webhook`, read in the same statement.
     """
     return fetch_one_joined(Preview, Execution, lock=True, extra=_preview_session_facts(), id=preview_id)
 

@@ -143,7 +143,7 @@ def test_fetch_one_joined_reads_both_rows_in_one_statement_as_the_orm_would(o12)
     assert fetched_execution.outcome == ExecutionOutcome.IN_PROGRESS
     assert fetch_one_joined(Preview, Execution, id=other.pk)[1].outcome == ExecutionOutcome.PENDING
     if connection.vendor == "postgresql":
-        assert "FOR UPDATE OF" in queries[0]["sql"]
+        assert queries[0]["sql"].endswith("FOR UPDATE")  # both rows: see fetch_one_joined
 
 
 def test_fetch_all_reads_every_matching_row_as_the_orm_would(alice_agent):
@@ -240,3 +240,38 @@ def test_a_statement_cursor_answers_like_djangos(o12):
     with statement_cursor() as cursor:
         cursor.execute(f"SELECT {column_sql(Order, 'currency')} FROM {Order._meta.db_table} WHERE id = %s", [o12.pk])
         assert cursor.fetchone() == ("EUR",)
+
+
+@pytest.mark.postgres
+def test_a_locked_join_waited_for_reads_the_newest_joined_row(transactional_db, o12):
+    """Under READ COMMITTED a statement that waited for a row lock reads the newest version of the rows it
+    locks, but only joins the others as its snapshot had them: fetch_one_joined locks both, so an attempt
+    that waited for another attempt's preview lock sees the execution that attempt left."""
+    import threading
+    import time
+
+    from django.db import connections
+
+    preview = with_execution(preview_for(o12, status=PreviewStatus.APPROVED), ExecutionOutcome.IN_PROGRESS)
+    holding, seen = threading.Event(), []
+
+    def first_attempt():
+        try:
+            with transaction.atomic():
+                _preview, execution = fetch_one_joined(Preview, Execution, lock=True, id=preview.pk)
+                execution.outcome = ExecutionOutcome.SUCCEEDED
+                update_fields(execution, ["outcome"])
+                holding.set()
+                time.sleep(0.5)  # the second attempt's statement is waiting for the lock by now
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=first_attempt)
+    thread.start()
+    assert holding.wait(10)
+    with transaction.atomic():
+        _preview, execution = fetch_one_joined(Preview, Execution, lock=True, id=preview.pk)
+        seen.append(execution.outcome)
+    thread.join()
+
+    assert seen == [ExecutionOutcome.SUCCEEDED]
