@@ -5,6 +5,8 @@ requests that queue up behind the stall: no coordinated omission, unlike a close
     python -m bench.open_loop --url http://127.0.0.1:8000/api/agent/tool-calls --rate 150 --seconds 20 \
         --sessions sessions.tsv
 
+It sends the closed loop's mix of calls (bench/proposals.lua, ported in `proposal_calls`).
+
 The generator is asyncio over the standard library (no package to install): request i is due at
 start + i / rate; it goes out on an idle keep-alive connection, or on a new one when every connection is
 busy (the number of connections is not capped, as arrivals in the wild are not). k6's
@@ -25,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
+
+SLOW_MS = 50
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,7 @@ async def run_open_loop(
     idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
     opened = 0
     latencies: list[float] = []
+    slow_by_second: dict[int, int] = {}
     send_lags: list[float] = []
     statuses: dict[str, int] = {}
     count = max(1, round(rate * seconds))
@@ -106,7 +111,11 @@ async def run_open_loop(
             status, keep = await asyncio.wait_for(_exchange(*connection, request), timeout)
         except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError, IndexError):
             status, keep = 0, False
-        latencies.append((loop.time() - scheduled) * 1000)
+        latency = (loop.time() - scheduled) * 1000
+        latencies.append(latency)
+        if latency >= SLOW_MS:
+            second = int(index / rate)
+            slow_by_second[second] = slow_by_second.get(second, 0) + 1
         statuses[str(status)] = statuses.get(str(status), 0) + 1
         if connection is not None:
             if keep:
@@ -127,28 +136,101 @@ async def run_open_loop(
         "send_lag_ms": percentiles(send_lags),
         "statuses": dict(sorted(statuses.items())),
         "connections_opened": opened,
+        # When the slow answers came: a cluster points at a pause (a checkpoint, a recycled worker),
+        # a spread at the server's CPU.
+        f"over_{SLOW_MS}ms_by_second": dict(sorted(slow_by_second.items())),
     }
 
 
-def proposal_calls(sessions_file: Path, key_prefix: str, seed: int = 7) -> Callable[[int], Call]:
-    """Valid refund proposals from the benchmark shop's sessions file (bench/shop.py): a random agent
-    session, one of its delivered orders, a small amount, a fresh Idempotency-Key."""
+@dataclass
+class _Session:
+    token: str
+    delivered: list[tuple[str, int]]  # (order number, remaining minor units)
+    late: list[tuple[str, int]]  # delivered long enough ago for a "late" refund
+    early: list[tuple[str, int]]  # delivered within the last 7 days
+    closed: list[str]  # pending, shipped or cancelled
+    foreign: str  # another customer's order
+
+
+def _sessions(sessions_file: Path) -> list[_Session]:
+    """bench/shop.py's sessions file: token, delivered "number:remaining:late_ok,...", other orders, and
+    another customer's order, tab-separated (the format bench/proposals.lua reads)."""
     sessions = []
     for line in sessions_file.read_text().splitlines():
-        fields = line.split("\t")
-        orders = [entry.split(":")[0] for entry in fields[1].split(",") if entry] if len(fields) > 1 else []
-        if orders:
-            sessions.append((fields[0], orders))
+        token, delivered_field, closed_field, foreign = (line.split("\t") + ["", "", ""])[:4]
+        session = _Session(token, [], [], [], [n for n in closed_field.split(",") if n], foreign)
+        for entry in filter(None, delivered_field.split(",")):
+            number, remaining, late_ok = entry.split(":")
+            order = (number, int(remaining))
+            session.delivered.append(order)
+            (session.late if late_ok == "1" else session.early).append(order)
+        if session.delivered:
+            sessions.append(session)
     if not sessions:
         raise ValueError(f"no agent session with a delivered order in {sessions_file}")
+    return sessions
+
+
+def proposal_calls(sessions_file: Path, key_prefix: str, seed: int = 7) -> Callable[[int], Call]:
+    """The calls bench/proposals.lua sends wrk, in the same mix, so that the open loop's rate ("half the
+    pipeline's capacity") is a share of the capacity measured for this very workload:
+
+        72 %  a valid proposal            6 %  the last keyed call again (an idempotent replay)
+         4 %  order_unavailable           4 %  order_not_refundable
+         3 %  zero_amount                 6 %  amount_exceeds_remaining
+         5 %  reason_not_applicable
+
+    Arguments go as a JSON string (with a call_id) or as an object, half each; 60 % carry an
+    Idempotency-Key. The 422s are answers of the contract, as in the closed loop.
+    """
+    sessions = _sessions(sessions_file)
     rng = random.Random(seed)
+    last_keyed: list[Call] = []
+
+    def up_to(limit: int) -> int:
+        return rng.randint(1, limit) if limit >= 1 else 1
+
+    def call(index: int, session: _Session, order_id: str, amount: int, reason: str) -> Call:
+        arguments = {"order_id": order_id, "amount_minor": amount, "reason": reason}
+        if rng.random() < 0.5:
+            envelope = {"name": "refund_order", "arguments": json.dumps(arguments), "call_id": f"call_{index}"}
+        else:
+            envelope = {"name": "refund_order", "arguments": arguments}
+        body = json.dumps(envelope, separators=(",", ":")).encode()
+        headers = {"Authorization": f"Bearer {session.token}"}
+        if rng.random() < 0.6:
+            headers["Idempotency-Key"] = f"{key_prefix}-{index}"
+            made = Call(body=body, headers=headers)
+            last_keyed[:] = [made]
+            return made
+        return Call(body=body, headers=headers)
 
     def make(index: int) -> Call:
-        token, orders = rng.choice(sessions)
-        arguments = {"order_id": rng.choice(orders), "amount_minor": rng.randint(1, 50), "reason": "damaged"}
-        body = json.dumps({"name": "refund_order", "arguments": arguments}, separators=(",", ":")).encode()
-        headers = {"Authorization": f"Bearer {token}", "Idempotency-Key": f"{key_prefix}-{index}"}
-        return Call(body=body, headers=headers)
+        s = rng.choice(sessions)
+        r = rng.randint(1, 100)
+        if r <= 72 or (r > 95 and not s.early) or (82 < r <= 86 and not s.closed):
+            number, remaining = rng.choice(s.delivered)
+            reason = "unwanted" if rng.random() < 0.3 else "damaged"
+            if s.late and rng.random() < 0.2:
+                (number, remaining), reason = rng.choice(s.late), "late"
+            return call(index, s, number, up_to(remaining) if remaining >= 1 else 0, reason)
+        if r <= 78:
+            if last_keyed:
+                return last_keyed[0]
+            number, remaining = rng.choice(s.delivered)
+            return call(index, s, number, up_to(remaining), "damaged")
+        if r <= 80:
+            return call(index, s, s.foreign, 100, "damaged")
+        if r <= 82:
+            return call(index, s, f"NOPE-{rng.randint(1, 1_000_000)}", 100, "damaged")
+        if r <= 86:
+            return call(index, s, rng.choice(s.closed), 100, "damaged")
+        if r <= 89:
+            return call(index, s, rng.choice(s.delivered)[0], 0, "unwanted")
+        if r <= 95:
+            number, remaining = rng.choice(s.delivered)
+            return call(index, s, number, remaining + rng.randint(1, 5000), "damaged")
+        return call(index, s, rng.choice(s.early)[0], 100, "late")
 
     return make
 

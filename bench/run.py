@@ -575,9 +575,13 @@ def measure_commit_floor(profile: Profile, database: Database, clients: int) -> 
     }
 
 
-def measure_open_loop(profile: Profile, base_url: str, shop: Any, run_id: str, capacity_rps: float) -> dict[str, Any]:
-    """Proposals at a constant arrival rate of half the pipeline's capacity (its closed-loop req/s at
-    TARGET_CONNECTIONS), latency from each request's scheduled send time (bench/open_loop.py)."""
+def measure_open_loop(
+    profile: Profile, base_url: str, shop: Any, run_id: str, capacity_rps: float, workdir: Path
+) -> dict[str, Any]:
+    """Proposals, in the closed loop's mix, at a constant arrival rate of half the pipeline's capacity (its
+    closed-loop req/s at TARGET_CONNECTIONS), latency from each request's scheduled send time
+    (bench/open_loop.py). Beside it, a probe of the disk that PostgreSQL's WAL is on (`disk_fsync_ms`):
+    every commit waits for an fsync, so a disk that stalls shows as a cluster of slow answers."""
     import asyncio
 
     from .open_loop import proposal_calls, run_open_loop
@@ -594,14 +598,63 @@ def measure_open_loop(profile: Profile, base_url: str, shop: Any, run_id: str, c
             make_call=proposal_calls(shop.sessions_file, key_prefix=f"{run_id}-open-warm"),
         )
     )
-    result = asyncio.run(
-        run_open_loop(url=base_url + PIPELINE_PATH, rate=rate, seconds=profile.duration_s, make_call=calls)
-    )
+    with FsyncProbe(workdir) as disk:
+        result = asyncio.run(
+            run_open_loop(url=base_url + PIPELINE_PATH, rate=rate, seconds=profile.duration_s, make_call=calls)
+        )
     result["capacity_rps"] = capacity_rps
     result["non_contract"] = sum(n for code, n in result["statuses"].items() if code not in ("200", "201", "422"))
     result["checkpoint_forced_before"] = forced
     result["checkpoints_during"] = _checkpoints_so_far() - checkpoints_before
+    result["disk_fsync_ms"] = disk.summary()
     return result
+
+
+class FsyncProbe:
+    """A thread that appends a few bytes to a file and fsyncs it every 20 ms, timing each fsync: what a
+    COMMIT waits for, on the same disk when the work directory and PostgreSQL's data share one (as on
+    the benchmark machine; see docs/benchmarks.md). Reports the percentiles, and the seconds into the
+    window in which an fsync took 50 ms or more."""
+
+    def __init__(self, directory: Path, every_s: float = 0.02) -> None:
+        import threading
+
+        self.path = directory / "fsync-probe"
+        self.every_s = every_s
+        self.samples: list[tuple[float, float]] = []  # (seconds since start, fsync ms)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._probe, daemon=True)
+
+    def __enter__(self) -> FsyncProbe:
+        self._started = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _probe(self) -> None:
+        with open(self.path, "ab") as file:
+            while not self._stop.wait(self.every_s):
+                file.write(b"x" * 512)
+                file.flush()
+                began = time.monotonic()
+                os.fsync(file.fileno())
+                self.samples.append((began - self._started, (time.monotonic() - began) * 1000))
+
+    def summary(self) -> dict[str, Any]:
+        from .open_loop import SLOW_MS, percentiles
+
+        slow: dict[int, int] = {}
+        for at, spent in self.samples:
+            if spent >= SLOW_MS:
+                slow[int(at)] = slow.get(int(at), 0) + 1
+        return {
+            "samples": len(self.samples),
+            **percentiles([spent for _at, spent in self.samples]),
+            f"over_{SLOW_MS}ms_by_second": slow,
+        }
 
 
 def _checkpoint_now() -> bool:
@@ -797,7 +850,7 @@ def report_rows(result: dict[str, Any]) -> list[dict[str, str]]:
         )
     open_loop = result.get("open_loop")
     if open_loop:
-        lat = open_loop["latency_ms"]
+        lat, disk = open_loop["latency_ms"], open_loop.get("disk_fsync_ms", {})
         rows.append(
             {
                 "figure": f"Proposals, open loop at {open_loop['rate']:.0f}/s "
@@ -805,6 +858,7 @@ def report_rows(result: dict[str, Any]) -> list[dict[str, str]]:
                 "latency from scheduled send p50 / p95 / p99 (ms)",
                 "value": f"{lat['p50']:.1f} / {lat['p95']:.1f} / {lat['p99']:.1f}",
                 "floor": f"send lag p99 {open_loop['send_lag_ms'].get('p99', 0):.1f}; "
+                f"disk fsync p99 / max {disk.get('p99', '?')} / {disk.get('max', '?')}; "
                 f"checkpoints during: {open_loop.get('checkpoints_during', '?')}",
                 "ratio": "",
                 "target": "p99 < 50",
@@ -1091,7 +1145,7 @@ def _run(
             f"open loop: proposals at half the capacity measured at {TARGET_CONNECTIONS} connections "
             f"({capacity} req/s), {profile.duration_s} s"
         )
-        result["open_loop"] = measure_open_loop(profile, base_url, shop, run_id, capacity)
+        result["open_loop"] = measure_open_loop(profile, base_url, shop, run_id, capacity, workdir)
         log(f"  {result['open_loop']}")
         processes.check_alive()
     if "commit" in phases:

@@ -2,15 +2,17 @@
 latency from each request's scheduled send time, and the seal lag is read from the tree heads."""
 
 import asyncio
+import json
 import threading
 import time
+from collections import Counter
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
 
 import pytest
 from django.utils import timezone
 
-from bench.open_loop import Call, percentiles, run_open_loop
+from bench.open_loop import Call, percentiles, proposal_calls, run_open_loop
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -75,6 +77,54 @@ def test_requests_queued_behind_a_slow_server_are_charged_from_their_scheduled_t
     assert result["latency_ms"]["max"] > 700  # the 100th, due at 990 ms, answered after about 2 s
     assert result["latency_ms"]["p50"] > 250
     assert result["send_lag_ms"]["p99"] < 50  # the generator itself kept to the schedule
+
+
+def test_the_open_loop_sends_the_closed_loops_mix_of_calls(tmp_path):
+    """bench/proposals.lua's shares, so that "half the capacity" wrk measured is half of this workload's."""
+    sessions = tmp_path / "sessions.tsv"
+    sessions.write_text(
+        "tok-a\tA-1:900:1,A-2:500:0\tA-3,A-4\tB-1\n"  # an early and a late delivered order, two closed
+        "tok-b\tB-1:700:1,B-2:800:0\tB-3\tA-1\n"
+    )
+    make = proposal_calls(sessions, key_prefix="mix")
+    kinds, keyed, as_string, seen, kept = Counter(), 0, 0, set(), []
+    remaining = {"A-1": 900, "A-2": 500, "B-1": 700, "B-2": 800}
+    owner = {"A": "tok-a", "B": "tok-b"}
+    total = 20_000
+    for index in range(total):
+        call = make(index)
+        envelope = json.loads(call.body)
+        arguments = envelope["arguments"]
+        if isinstance(arguments, str):
+            as_string += 1
+            arguments = json.loads(arguments)
+            assert envelope["call_id"] == f"call_{index}" or id(call) in seen
+        key = call.headers.get("Idempotency-Key")
+        keyed += key is not None
+        order, amount, reason = arguments["order_id"], arguments["amount_minor"], arguments["reason"]
+        if id(call) in seen:
+            kinds["replay"] += 1
+            assert key is not None  # only keyed calls come again
+        elif order.startswith("NOPE-") or owner[order[0]] != call.headers["Authorization"].split()[1]:
+            kinds["unavailable"] += 1
+        elif order in ("A-3", "A-4", "B-3"):
+            kinds["not_refundable"] += 1
+        elif amount == 0:
+            kinds["zero"] += 1
+        elif amount > remaining[order]:
+            kinds["exceeds"] += 1
+        elif reason == "late" and order in ("A-2", "B-2"):
+            kinds["late_too_early"] += 1
+        else:
+            kinds["valid"] += 1
+        seen.add(id(call))
+        kept.append(call)  # alive, so that no later call gets its id
+    shares = {kind: round(100 * n / total) for kind, n in kinds.items()}
+    expected = {"valid": 72, "replay": 6, "unavailable": 4, "not_refundable": 4, "zero": 3, "exceeds": 6}
+    for kind, share in expected.items():
+        assert abs(shares[kind] - share) <= 1, shares
+    assert abs(shares["late_too_early"] - 5) <= 1, shares
+    assert abs(100 * keyed / total - 60) < 3 and abs(100 * as_string / total - 50) < 3
 
 
 def test_percentiles():
