@@ -57,7 +57,7 @@ from .api.authentication import AgentTokenAuthentication
 from .api.calls import IDEMPOTENCY_KEY, CallAnswer, current_answer, preview_of_session, tool_call
 from .api.errors import error_body
 from .api.formats import session_actions, tool_annotations, tool_definition
-from .api.throttling import AgentSessionThrottle, AgentUserThrottle
+from .api.throttling import AgentThrottle
 from .digests import digest_of
 from .errors import ErrorCode
 from .models import AgentSession, IdempotencyRecord, PreviewStatus
@@ -377,11 +377,10 @@ class _Throttled:
 
 
 def _throttle_wait(session: AgentSession) -> float | None:
-    for throttle_class in (AgentSessionThrottle, AgentUserThrottle):
-        throttle = throttle_class()
-        # The throttles read only request.auth of a request; this endpoint has no DRF request or view.
-        if not throttle.allow_request(_Throttled(session), None):  # type: ignore[arg-type]  # a stand-in request
-            return throttle.wait()
+    throttle = AgentThrottle()
+    # The throttle reads only request.auth of a request; this endpoint has no DRF request or view.
+    if not throttle.allow_request(_Throttled(session), None):  # type: ignore[arg-type]  # a stand-in request
+        return throttle.wait()
     return None
 
 

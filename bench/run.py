@@ -342,16 +342,21 @@ def merge_wrk_runs(runs: list[dict[str, Any]], connections: int) -> dict[str, An
 KINDS = (("pipeline", PIPELINE_PATH, "200,201,422"), ("floor", FLOOR_PATH, "201"), ("bare", BARE_PATH, "201"))
 
 
-def measure_proposals(profile: Profile, base_urls: dict[str, str], shop: Any, run_id: str) -> dict[str, Any]:
+def measure_proposals(
+    profile: Profile, base_urls: dict[str, str], shop: Any, run_id: str, processes: Processes
+) -> dict[str, Any]:
     """Each connection count: the three kinds measured in alternating slices (pipeline, floor, bare,
     pipeline, floor, bare...), so that a machine whose speed drifts (a shared VM) weighs on all alike. Each
     slice starts after a warm-up of its own kind, unmeasured: the background work one kind leaves behind
     (autovacuum of the tables it wrote, checkpoints) is paid there, not charged to another kind's slice.
-    `base_urls` gives each kind's server (the bare floor has its own gunicorn)."""
+    `base_urls` gives each kind's server (the bare floor has its own gunicorn). Each kind's
+    `cpu_ms_per_request` says where its CPU went during its measured slices, by process: the sealer and
+    Redis work for the pipeline alone, the machine's two cores for all."""
     results: dict[str, Any] = {kind: {} for kind, _path, _expect in KINDS}
     slice_s = max(1, profile.duration_s // profile.slices)
     for connections in CONNECTIONS:
         runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind, _path, _expect in KINDS}
+        cpu: dict[str, dict[str, float]] = {kind: {} for kind, _path, _expect in KINDS}
         for index in range(profile.slices):
             for kind, path, expect in KINDS:
                 base_url = base_urls[kind]
@@ -363,6 +368,7 @@ def measure_proposals(profile: Profile, base_urls: dict[str, str], shop: Any, ru
                     key_prefix=f"{run_id}-{kind}-c{connections}-{index}-warm",
                     expect=expect,
                 )
+                before = {**processes.cpu_seconds(), "redis": _redis_cpu_seconds()}
                 runs[kind].append(
                     run_wrk(
                         url=base_url + path,
@@ -373,15 +379,38 @@ def measure_proposals(profile: Profile, base_urls: dict[str, str], shop: Any, ru
                         expect=expect,
                     )
                 )
+                after = {**processes.cpu_seconds(), "redis": _redis_cpu_seconds()}
+                for name, seconds in after.items():
+                    cpu[kind][name] = cpu[kind].get(name, 0.0) + seconds - before.get(name, 0.0)
         for kind, _path, _expect in KINDS:
             result = results[kind][str(connections)] = merge_wrk_runs(runs[kind], connections)
+            result["cpu_ms_per_request"] = {
+                name: round(1000 * seconds / max(1, result["requests"]), 2)
+                for name, seconds in sorted(cpu[kind].items())
+                if seconds > 0
+            }
             lat = result["latency_ms"]
             log(
                 f"  {kind:8} c={connections:<3} {result['rps']:8.1f} req/s  p50 {lat['p50']:7.2f} ms  "
                 f"p95 {lat['p95']:7.2f}  p99 {lat['p99']:7.2f}  statuses {result['statuses']}  "
                 f"non-contract {result['non_contract']}"
             )
+            log(f"  {kind:8} c={connections:<3} CPU ms per request: {result['cpu_ms_per_request']}")
     return results
+
+
+def _redis_cpu_seconds() -> float:
+    """CPU seconds of the Redis server on this machine (the throttle's and Celery's), from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        if text[text.index("(") + 1 : text.rindex(")")].startswith("redis-server"):
+            fields = text.rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / tick
+    return 0.0
 
 
 # 2. The commit pipeline ---------------------------------------------------------------------------
@@ -1138,7 +1167,7 @@ def _run(
             f"each after {profile.warmup_s} s of warm-up"
         )
         urls = {"pipeline": base_url, "floor": base_url, "bare": bare_url}
-        result["proposals"] = measure_proposals(profile, urls, shop, run_id)
+        result["proposals"] = measure_proposals(profile, urls, shop, run_id, processes)
         processes.check_alive()
         capacity = result["proposals"]["pipeline"][str(TARGET_CONNECTIONS)]["rps"]
         log(

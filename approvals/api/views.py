@@ -45,7 +45,7 @@ from .serializers import (
     answer_data,
     preview_page_data,
 )
-from .throttling import AgentSessionThrottle, AgentUserThrottle
+from .throttling import AgentThrottle
 
 # What the schema says beyond the serializers: headers, path parameters, and each answer's meaning.
 
@@ -91,7 +91,7 @@ def answer_response(answer: CallAnswer) -> Response:
 
 class AgentAPIView(APIView):
     authentication_classes = [AgentTokenAuthentication]
-    throttle_classes = [AgentSessionThrottle, AgentUserThrottle]
+    throttle_classes = [AgentThrottle]
 
     def base_url(self) -> str:
         return self.request.build_absolute_uri("/")

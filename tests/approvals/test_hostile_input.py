@@ -658,9 +658,9 @@ def throttle_clock(request, monkeypatch, settings):
 
     def forget(*sessions):
         for session in sessions:
-            key = f"throttle_agent_{session.pk}"
-            keys.append(key)
-            cache.delete(key)  # only these counters: never cache.clear() on a cache that may be shared
+            for key in (f"throttle_agent_{session.pk}", f"throttle_agent_user_{session.user_id}"):
+                keys.append(key)
+                cache.delete(key)  # only these counters: never cache.clear() on a cache that may be shared
 
     clock["forget"] = forget
     yield clock
@@ -755,6 +755,48 @@ def test_a_rate_lowered_at_run_time_still_answers_with_retry_after(alice, o12, s
     # Five calls at t=0..4 and three allowed: the third newest (t=2) leaves the window at t=62.
     assert response["Retry-After"] == "57"
     assert response.json()["error"]["retry_after_seconds"] == 57
+
+
+def test_a_call_the_persons_limit_refuses_does_not_count_against_the_session(alice, o12, settings, throttle_clock):
+    """Both limits are checked before either counts the call: on Redis in one command."""
+    settings.AGENT_THROTTLE_RATE = "2/min"
+    settings.AGENT_USER_THROTTLE_RATE = "3/min"
+    first, second = agent_client_for(alice), agent_client_for(alice)
+    throttle_clock["forget"](first.agent_session, second.agent_session)
+
+    answers = []
+    for client in (first, first, second, second):  # at t = 0, 1, 2, 3
+        answers.append(client.get("/api/agent/tools"))
+        throttle_clock["now"] += 1
+    assert [a.status_code for a in answers] == [200, 200, 200, 429]
+    refused = answers[3]
+    assert refused.json()["error"]["code"] == "throttled"
+    assert refused["Retry-After"] == "57"  # the person's oldest call (t = 0) leaves their window at t = 60
+
+    # At t = 60.5 the person's window holds t = 1 and 2. The second session made one call (t = 2): had the
+    # refused one counted, it would be at its limit of two.
+    throttle_clock["now"] = 1_000_060.5
+    assert propose(second, **GOOD).status_code == 201
+    assert second.get("/api/agent/tools").status_code == 429  # the person's three: t = 1, 2, 60.5
+    assert Preview.objects.count() == 1
+
+
+def test_retry_after_is_the_longer_wait_when_both_limits_refuse(alice, o12, settings, throttle_clock):
+    settings.AGENT_THROTTLE_RATE = "2/min"
+    settings.AGENT_USER_THROTTLE_RATE = "2/hour"
+    client = agent_client_for(alice)
+    throttle_clock["forget"](client.agent_session)
+    assert client.get("/api/agent/tools").status_code == 200
+    throttle_clock["now"] += 10
+    assert client.get("/api/agent/tools").status_code == 200
+    throttle_clock["now"] += 10
+
+    response = client.get("/api/agent/tools")
+
+    assert response.status_code == 429
+    # The session may call again at t = 60, the person at t = 3600: the person's wait is the answer.
+    assert response["Retry-After"] == "3580"
+    assert response.json()["error"]["retry_after_seconds"] == 3580
 
 
 # Tokens ----------------------------------------------------------------------------------------
