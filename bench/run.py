@@ -201,13 +201,14 @@ class Processes:
 
     def cpu_seconds(self) -> dict[str, float]:
         """CPU seconds (user + system) used so far by each started process with its children (a
-        process group each), and by PostgreSQL on this machine: read from /proc, so that the report can
-        say where an execution's CPU goes. PostgreSQL's figure includes the backends that have ended
-        (the postmaster's time of its waited-for children): a worker replaces its connection every
-        CELERY_DB_REUSE_MAX tasks, and its old backend's CPU must not drop out of the sum."""
+        process group each), and by PostgreSQL and Redis on this machine: read from /proc, so that the
+        report can say where a request's or an execution's CPU goes. PostgreSQL's figure includes the
+        backends that have ended (the postmaster's time of its waited-for children): a worker replaces
+        its connection every CELERY_DB_REUSE_MAX tasks, and its old backend's CPU must not drop out of
+        the sum."""
         groups = {process.pid: name for name, process in self.started}
         spent: dict[str, float] = {name: 0.0 for name in groups.values()}
-        spent["postgres"] = 0.0
+        spent["postgres"] = spent["redis"] = 0.0
         tick = os.sysconf("SC_CLK_TCK")
         for stat in Path("/proc").glob("[0-9]*/stat"):
             try:
@@ -217,10 +218,12 @@ class Processes:
             command = text[text.index("(") + 1 : text.rindex(")")]
             fields = text.rsplit(")", 1)[1].split()
             name = groups.get(int(fields[2]))
-            if name:
-                spent[name] += (int(fields[11]) + int(fields[12])) / tick
+            if name:  # with the time of its reaped children: gunicorn recycles its workers
+                spent[name] += sum(int(value) for value in fields[11:15]) / tick
             elif command.startswith("postgres"):
                 spent["postgres"] += sum(int(value) for value in fields[11:15]) / tick
+            elif command.startswith("redis-server"):
+                spent["redis"] += (int(fields[11]) + int(fields[12])) / tick
         return spent
 
     def check_alive(self) -> None:
@@ -368,7 +371,7 @@ def measure_proposals(
                     key_prefix=f"{run_id}-{kind}-c{connections}-{index}-warm",
                     expect=expect,
                 )
-                before = {**processes.cpu_seconds(), "redis": _redis_cpu_seconds()}
+                before = processes.cpu_seconds()
                 runs[kind].append(
                     run_wrk(
                         url=base_url + path,
@@ -379,7 +382,7 @@ def measure_proposals(
                         expect=expect,
                     )
                 )
-                after = {**processes.cpu_seconds(), "redis": _redis_cpu_seconds()}
+                after = processes.cpu_seconds()
                 for name, seconds in after.items():
                     cpu[kind][name] = cpu[kind].get(name, 0.0) + seconds - before.get(name, 0.0)
         for kind, _path, _expect in KINDS:
@@ -397,20 +400,6 @@ def measure_proposals(
             )
             log(f"  {kind:8} c={connections:<3} CPU ms per request: {result['cpu_ms_per_request']}")
     return results
-
-
-def _redis_cpu_seconds() -> float:
-    """CPU seconds of the Redis server on this machine (the throttle's and Celery's), from /proc."""
-    tick = os.sysconf("SC_CLK_TCK")
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        if text[text.index("(") + 1 : text.rindex(")")].startswith("redis-server"):
-            fields = text.rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / tick
-    return 0.0
 
 
 # 2. The commit pipeline ---------------------------------------------------------------------------
