@@ -379,7 +379,7 @@ class _Throttled:
 def _throttle_wait(session: AgentSession) -> float | None:
     throttle = AgentThrottle()
     # The throttle reads only request.auth of a request; this endpoint has no DRF request or view.
-    if not throttle.allow_request(_Throttled(session), None):  # type: ignore[arg-type]  # a stand-in request
+    if not throttle.allow_request(_Throttled(session), None):  # type: ignore[arg-type]  # stand-ins for both
         return throttle.wait()
     return None
 

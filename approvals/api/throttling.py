@@ -110,12 +110,12 @@ class AgentThrottle(BaseThrottle):
     def __init__(self) -> None:
         self.refusing: list[AgentSessionThrottle] = []
 
-    def allow_request(self, request: Request, view: APIView | None) -> bool:
+    def allow_request(self, request: Request, view: APIView) -> bool:
         limits = [limit_class() for limit_class in self.limits]
         now = limits[0].timer()  # one time for both limits
         counted = []
         for limit in limits:
-            limit.key = limit.get_cache_key(request, view) if limit.rate is not None else None  # type: ignore[arg-type]
+            limit.key = limit.get_cache_key(request, view) if limit.rate is not None else None
             if limit.key is not None:
                 limit.now = now
                 counted.append(limit)
