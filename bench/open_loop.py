@@ -22,6 +22,7 @@ import asyncio
 import json
 import random
 import secrets
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,12 @@ def percentiles(values: list[float]) -> dict[str, float]:
         return round(ordered[min(len(ordered) - 1, max(0, int(share * len(ordered) + 0.5) - 1))], 2)
 
     return {"p50": at(0.50), "p90": at(0.90), "p95": at(0.95), "p99": at(0.99), "max": round(ordered[-1], 2)}
+
+
+def slow_by_second(samples: list[tuple[float, float]]) -> dict[int, int]:
+    """How many (seconds into the window, milliseconds) samples took SLOW_MS or more, by whole second."""
+    slow = Counter(int(at) for at, spent in samples if spent >= SLOW_MS)
+    return dict(sorted(slow.items()))
 
 
 async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes) -> tuple[int, bool]:
@@ -82,8 +89,7 @@ async def run_open_loop(
     loop = asyncio.get_running_loop()
     idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
     opened = 0
-    latencies: list[float] = []
-    slow_by_second: dict[int, int] = {}
+    latencies: list[tuple[float, float]] = []  # (scheduled seconds into the window, milliseconds)
     send_lags: list[float] = []
     statuses: dict[str, int] = {}
     count = max(1, round(rate * seconds))
@@ -111,11 +117,7 @@ async def run_open_loop(
             status, keep = await asyncio.wait_for(_exchange(*connection, request), timeout)
         except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError, IndexError):
             status, keep = 0, False
-        latency = (loop.time() - scheduled) * 1000
-        latencies.append(latency)
-        if latency >= SLOW_MS:
-            second = int(index / rate)
-            slow_by_second[second] = slow_by_second.get(second, 0) + 1
+        latencies.append((index / rate, (loop.time() - scheduled) * 1000))
         statuses[str(status)] = statuses.get(str(status), 0) + 1
         if connection is not None:
             if keep:
@@ -132,13 +134,13 @@ async def run_open_loop(
         "rate": rate,
         "requests": count,
         "achieved_rate": round(count / took, 1) if took > 0 else None,
-        "latency_ms": percentiles(latencies),
+        "latency_ms": percentiles([spent for _at, spent in latencies]),
         "send_lag_ms": percentiles(send_lags),
         "statuses": dict(sorted(statuses.items())),
         "connections_opened": opened,
         # When the slow answers came: a cluster points at a pause (a checkpoint, a recycled worker),
         # a spread at the server's CPU.
-        f"over_{SLOW_MS}ms_by_second": dict(sorted(slow_by_second.items())),
+        f"over_{SLOW_MS}ms_by_second": slow_by_second(latencies),
     }
 
 

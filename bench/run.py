@@ -38,6 +38,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 import warnings
@@ -598,8 +599,9 @@ def measure_open_loop(
 ) -> dict[str, Any]:
     """Proposals, in the closed loop's mix, at a constant arrival rate of half the pipeline's capacity (its
     closed-loop req/s at TARGET_CONNECTIONS), latency from each request's scheduled send time
-    (bench/open_loop.py). Beside it, a probe of the disk that PostgreSQL's WAL is on (`disk_fsync_ms`):
-    every commit waits for an fsync, so a disk that stalls shows as a cluster of slow answers."""
+    (bench/open_loop.py). Beside it, an fsync probe in the work directory (`disk_fsync_ms`; the disk of
+    PostgreSQL's WAL when they share one): every commit waits for an fsync, so a disk that stalls shows
+    as a cluster of slow answers."""
     import asyncio
 
     from .open_loop import proposal_calls, run_open_loop
@@ -635,11 +637,10 @@ class FsyncProbe:
     window in which an fsync took 50 ms or more."""
 
     def __init__(self, directory: Path, every_s: float = 0.02) -> None:
-        import threading
-
         self.path = directory / "fsync-probe"
         self.every_s = every_s
         self.samples: list[tuple[float, float]] = []  # (seconds since start, fsync ms)
+        self._started = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._probe, daemon=True)
 
@@ -662,16 +663,12 @@ class FsyncProbe:
                 self.samples.append((began - self._started, (time.monotonic() - began) * 1000))
 
     def summary(self) -> dict[str, Any]:
-        from .open_loop import SLOW_MS, percentiles
+        from .open_loop import SLOW_MS, percentiles, slow_by_second
 
-        slow: dict[int, int] = {}
-        for at, spent in self.samples:
-            if spent >= SLOW_MS:
-                slow[int(at)] = slow.get(int(at), 0) + 1
         return {
             "samples": len(self.samples),
             **percentiles([spent for _at, spent in self.samples]),
-            f"over_{SLOW_MS}ms_by_second": slow,
+            f"over_{SLOW_MS}ms_by_second": slow_by_second(self.samples),
         }
 
 

@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
 import pytest
 from django.utils import timezone
 
-from bench.open_loop import Call, percentiles, proposal_calls, run_open_loop
+from bench.open_loop import Call, percentiles, proposal_calls, run_open_loop, slow_by_second
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -77,6 +77,7 @@ def test_requests_queued_behind_a_slow_server_are_charged_from_their_scheduled_t
     assert result["latency_ms"]["max"] > 700  # the 100th, due at 990 ms, answered after about 2 s
     assert result["latency_ms"]["p50"] > 250
     assert result["send_lag_ms"]["p99"] < 50  # the generator itself kept to the schedule
+    assert sum(result["over_50ms_by_second"].values()) > 50  # when the queued ones were due: second 0
 
 
 def test_the_open_loop_sends_the_closed_loops_mix_of_calls(tmp_path):
@@ -130,6 +131,11 @@ def test_the_open_loop_sends_the_closed_loops_mix_of_calls(tmp_path):
 def test_percentiles():
     assert percentiles(list(range(1, 101))) == {"p50": 50, "p90": 90, "p95": 95, "p99": 99, "max": 100}
     assert percentiles([]) == {}
+
+
+def test_slow_samples_are_counted_by_the_second_they_were_due_in():
+    samples = [(0.1, 49.9), (0.2, 50.0), (0.9, 120.0), (2.5, 300.0), (2.99, 3.0)]
+    assert slow_by_second(samples) == {0: 2, 2: 1}
 
 
 @pytest.mark.postgres
