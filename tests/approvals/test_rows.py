@@ -253,7 +253,7 @@ def test_a_locked_join_waited_for_reads_the_newest_joined_row(transactional_db, 
     from django.db import connections
 
     preview = with_execution(preview_for(o12, status=PreviewStatus.APPROVED), ExecutionOutcome.IN_PROGRESS)
-    holding, seen = threading.Event(), []
+    holding, waited, seen = threading.Event(), [], []
 
     def first_attempt():
         try:
@@ -262,7 +262,16 @@ def test_a_locked_join_waited_for_reads_the_newest_joined_row(transactional_db, 
                 execution.outcome = ExecutionOutcome.SUCCEEDED
                 update_fields(execution, ["outcome"])
                 holding.set()
-                time.sleep(0.5)  # the second attempt's statement is waiting for the lock by now
+                # Commit only once the second attempt's statement is waiting for this lock (pg_locks is
+                # read afresh by every statement, unlike pg_stat_activity within a transaction).
+                deadline = time.monotonic() + 10
+                with connection.cursor() as cursor:
+                    while time.monotonic() < deadline:
+                        cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+                        if cursor.fetchone()[0]:
+                            waited.append(True)
+                            break
+                        time.sleep(0.01)
         finally:
             connections.close_all()
 
@@ -274,4 +283,5 @@ def test_a_locked_join_waited_for_reads_the_newest_joined_row(transactional_db, 
         seen.append(execution.outcome)
     thread.join()
 
+    assert waited == [True]  # the second read did wait for the first attempt's lock
     assert seen == [ExecutionOutcome.SUCCEEDED]
