@@ -18,6 +18,7 @@ from django.db.models import Case, Count, Q, QuerySet, When
 from django.utils import timezone
 
 from ..models import (
+    TERMINAL_STATUSES,
     AgentSession,
     Approval,
     ApprovalRole,
@@ -38,6 +39,9 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import User  # settings.AUTH_USER_MODEL, as django-stubs resolves it
 
 QUEUE_PAGE_SIZE = 50
+# The tabs count a finished state (completed, failed, ...) only this far: those states hold the whole
+# history and grow for ever, and an exact count of them is a scan of every preview ever made.
+FINISHED_COUNT_CAP = 1000
 DEFAULT_QUEUE_STATE = PreviewStatus.AWAITING_STAFF.value
 ALL_STATES = "all"
 AGE_LIMITS = {
@@ -123,6 +127,7 @@ class StateCount:
     state: str
     label: str
     count: int
+    at_least: bool = False  # more than `count` (FINISHED_COUNT_CAP) are in this state
 
 
 @dataclass
@@ -132,6 +137,7 @@ class Queue:
     counts: list[StateCount]
     total: int
     total_all: int
+    total_all_at_least: bool  # a finished state's count stopped at its cap: total_all is a floor
     filters: QueueFilters
     actions: list[str] = field(default_factory=list)
 
@@ -152,8 +158,9 @@ def _search(queryset: QuerySet[Preview], query: str) -> QuerySet[Preview]:
 def review_queue(*, user: User, filters: QueueFilters, page_number: Any = 1) -> Queue:
     """Previews of the kinds this reviewer decides, oldest first, with counts per state.
 
-    A constant number of queries whatever the page size: rows come with their actor, and
-    the counts per state are one grouped query over the same filters (except the state).
+    A constant number of queries whatever the page size and however long the history: rows come
+    with their actor, and the counts per state (`_state_counts`) cover the same filters (except the
+    state) without counting past FINISHED_COUNT_CAP in a finished state that is not listed.
     """
     actions = reviewable_actions(user=user)
     scoped = Preview.objects.filter(action__in=actions)
@@ -172,21 +179,54 @@ def review_queue(*, user: User, filters: QueueFilters, page_number: Any = 1) -> 
         overdue = Q(status=PreviewStatus.AWAITING_STAFF, status_changed_at__lte=due)
         scoped = scoped.filter(overdue) if due else scoped.none()
 
-    # COUNT(*) rather than COUNT(id): answered from the (action, status) index alone.
-    by_state = dict(scoped.order_by().values_list("status").annotate(n=Count("*")))
-    counts = [StateCount(s.value, s.label, by_state.get(s.value, 0)) for s in PreviewStatus]
-
+    counts = _state_counts(scoped, listed_state=filters.state)
+    total_all = sum(c.count for c in counts)
+    total_all_at_least = any(c.at_least for c in counts)
+    if filters.state == ALL_STATES and total_all_at_least:
+        total_all, total_all_at_least = scoped.count(), False  # listed: the pages need the exact count
+    if filters.state == ALL_STATES:
+        total = total_all
+    else:
+        total = next((c.count for c in counts if c.state == filters.state), 0)
     listed = scoped if filters.state == ALL_STATES else scoped.filter(status=filters.state)
     listed = listed.select_related("actor", "agent_session", "claim__claimed_by").order_by("created_at", "pk")
-    total_all = sum(by_state.values())
-    total = total_all if filters.state == ALL_STATES else by_state.get(filters.state, 0)
     paginator = Paginator(listed, QUEUE_PAGE_SIZE)
     paginator.count = total  # known from the counts per state: no second COUNT over the queue
     page = paginator.get_page(page_number)
     rows = queue_rows(list(page.object_list), due=due)
     return Queue(
-        page=page, rows=rows, counts=counts, total=total, total_all=total_all, filters=filters, actions=actions
+        page=page,
+        rows=rows,
+        counts=counts,
+        total=total,
+        total_all=total_all,
+        total_all_at_least=total_all_at_least,
+        filters=filters,
+        actions=actions,
     )
+
+
+def _state_counts(scoped: QuerySet[Preview], *, listed_state: str) -> list[StateCount]:
+    """Counts per state over the filtered previews, in PreviewStatus's order.
+
+    The open states (the work: bounded by what is waiting) come exact from one grouped query;
+    COUNT(*) rather than COUNT(id) is answered from the (action, status) index alone. Each finished
+    state is counted up to FINISHED_COUNT_CAP (a query each, stopping there), except the one listed,
+    whose exact count the pages need.
+    """
+    open_states = [s for s in PreviewStatus if s not in TERMINAL_STATUSES]
+    exact = dict(scoped.filter(status__in=open_states).order_by().values_list("status").annotate(n=Count("*")))
+    counts = []
+    for state in PreviewStatus:
+        if state not in TERMINAL_STATUSES:
+            counts.append(StateCount(state.value, state.label, exact.get(state.value, 0)))
+        elif state.value == listed_state:
+            counts.append(StateCount(state.value, state.label, scoped.filter(status=state).count()))
+        else:
+            found = scoped.filter(status=state).order_by()[: FINISHED_COUNT_CAP + 1].count()
+            capped = found > FINISHED_COUNT_CAP
+            counts.append(StateCount(state.value, state.label, min(found, FINISHED_COUNT_CAP), at_least=capped))
+    return counts
 
 
 def queue_rows(previews: list[Preview], *, due: datetime | None = None) -> list[QueueRow]:
