@@ -18,7 +18,6 @@ from django.db.models import Case, Count, Q, QuerySet, When
 from django.utils import timezone
 
 from ..models import (
-    TERMINAL_STATUSES,
     AgentSession,
     Approval,
     ApprovalRole,
@@ -39,9 +38,10 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import User  # settings.AUTH_USER_MODEL, as django-stubs resolves it
 
 QUEUE_PAGE_SIZE = 50
-# The tabs count a finished state (completed, failed, ...) only this far: those states hold the whole
-# history and grow for ever, and an exact count of them is a scan of every preview ever made.
-FINISHED_COUNT_CAP = 1000
+# The tabs count a state that staff do not work on (the history, the customers' confirmations) only
+# this far: the history grows for ever, and an exact count of it is a scan of every preview ever made.
+STATE_COUNT_CAP = 1000
+STAFF_WORK_STATES = (PreviewStatus.AWAITING_STAFF, PreviewStatus.NEEDS_ATTENTION)
 DEFAULT_QUEUE_STATE = PreviewStatus.AWAITING_STAFF.value
 ALL_STATES = "all"
 AGE_LIMITS = {
@@ -127,7 +127,7 @@ class StateCount:
     state: str
     label: str
     count: int
-    at_least: bool = False  # more than `count` (FINISHED_COUNT_CAP) are in this state
+    at_least: bool = False  # more than `count` (STATE_COUNT_CAP) are in this state
 
 
 @dataclass
@@ -137,7 +137,7 @@ class Queue:
     counts: list[StateCount]
     total: int
     total_all: int
-    total_all_at_least: bool  # a finished state's count stopped at its cap: total_all is a floor
+    total_all_at_least: bool  # a state's count stopped at its cap: total_all is a floor
     filters: QueueFilters
     actions: list[str] = field(default_factory=list)
 
@@ -160,7 +160,7 @@ def review_queue(*, user: User, filters: QueueFilters, page_number: Any = 1) -> 
 
     A constant number of queries whatever the page size and however long the history: rows come
     with their actor, and the counts per state (`_state_counts`) cover the same filters (except the
-    state) without counting past FINISHED_COUNT_CAP in a finished state that is not listed.
+    state) without counting past STATE_COUNT_CAP in a state that staff do not work on.
     """
     actions = reviewable_actions(user=user)
     scoped = Preview.objects.filter(action__in=actions)
@@ -209,23 +209,21 @@ def review_queue(*, user: User, filters: QueueFilters, page_number: Any = 1) -> 
 def _state_counts(scoped: QuerySet[Preview], *, listed_state: str) -> list[StateCount]:
     """Counts per state over the filtered previews, in PreviewStatus's order.
 
-    The open states (the work: bounded by what is waiting) come exact from one grouped query;
-    COUNT(*) rather than COUNT(id) is answered from the (action, status) index alone. Each finished
-    state is counted up to FINISHED_COUNT_CAP (a query each, stopping there), except the one listed,
-    whose exact count the pages need.
+    The states staff act on (waiting for staff, needs attention) and the listed one, whose pages need
+    the number, come exact from one grouped query; COUNT(*) rather than COUNT(id) is answered from the
+    (action, status) index alone. Every other state (the customer's to confirm, the history) is
+    counted up to STATE_COUNT_CAP, a query each that stops there.
     """
-    open_states = [s for s in PreviewStatus if s not in TERMINAL_STATUSES]
-    exact = dict(scoped.filter(status__in=open_states).order_by().values_list("status").annotate(n=Count("*")))
+    exact_states = [s for s in PreviewStatus if s in STAFF_WORK_STATES or s.value == listed_state]
+    exact = dict(scoped.filter(status__in=exact_states).order_by().values_list("status").annotate(n=Count("*")))
     counts = []
     for state in PreviewStatus:
-        if state not in TERMINAL_STATUSES:
+        if state in exact_states:
             counts.append(StateCount(state.value, state.label, exact.get(state.value, 0)))
-        elif state.value == listed_state:
-            counts.append(StateCount(state.value, state.label, scoped.filter(status=state).count()))
         else:
-            found = scoped.filter(status=state).order_by()[: FINISHED_COUNT_CAP + 1].count()
-            capped = found > FINISHED_COUNT_CAP
-            counts.append(StateCount(state.value, state.label, min(found, FINISHED_COUNT_CAP), at_least=capped))
+            found = scoped.filter(status=state).order_by()[: STATE_COUNT_CAP + 1].count()
+            capped = found > STATE_COUNT_CAP
+            counts.append(StateCount(state.value, state.label, min(found, STATE_COUNT_CAP), at_least=capped))
     return counts
 
 

@@ -108,9 +108,9 @@ def test_the_queue_runs_a_constant_number_of_queries(
     customers = [UserFactory(username=f"customer-{i}") for i in range(5)]
     for i in range(rows):
         bulk_previews(1, customer=customers[i % 5], order_number=f"o-{i}")
-    # session, user, user and group permissions, the open states' counts, a capped count for each of
-    # the six finished states, page rows, the customers' refund history (a risk flag)
-    with django_assert_max_num_queries(13):
+    # session, user, user and group permissions, the staff states' counts, a capped count for each of
+    # the eight other states, page rows, the customers' refund history (a risk flag)
+    with django_assert_max_num_queries(15):
         response = reviewer_client.get("/console/")
     assert response.status_code == 200
     assert response.content.decode().count('<th scope="row">') == rows
@@ -130,25 +130,30 @@ def test_10_and_200_rows_cost_the_same_queries(reviewer_client, alice, big_order
     assert queries() == ten
 
 
-def test_finished_states_are_counted_up_to_a_cap_and_exactly_when_listed(
+def test_states_staff_do_not_work_on_are_counted_up_to_a_cap_and_exactly_when_listed(
     reviewer, reviewer_client, alice, big_order, monkeypatch
 ):
-    monkeypatch.setattr(selectors, "FINISHED_COUNT_CAP", 3)
+    monkeypatch.setattr(selectors, "STATE_COUNT_CAP", 3)
     monkeypatch.setattr(selectors, "QUEUE_PAGE_SIZE", 2)
     bulk_previews(2, customer=alice, order_number="o-77")
+    bulk_previews(4, customer=alice, order_number="o-77", status=PreviewStatus.NEEDS_ATTENTION)
     executed = bulk_previews(5, customer=alice, order_number="o-77", status=PreviewStatus.EXECUTED)
     bulk_previews(3, customer=alice, order_number="o-77", status=PreviewStatus.FAILED)
+    bulk_previews(4, customer=alice, order_number="o-78", status=PreviewStatus.AWAITING_CUSTOMER)
 
     queue = review_queue(user=reviewer, filters=QueueFilters())
     counts = {c.state: (c.count, c.at_least) for c in queue.counts}
     assert counts["awaiting_staff"] == (2, False)
+    assert counts["needs_attention"] == (4, False)  # staff's work: exact past the cap
     assert counts["executed"] == (3, True)  # five, counted no further than the cap
+    assert counts["awaiting_customer"] == (3, True)  # four
     assert counts["failed"] == (3, False)  # exactly at the cap is still exact
-    assert (queue.total, queue.total_all, queue.total_all_at_least) == (2, 8, True)
+    assert (queue.total, queue.total_all, queue.total_all_at_least) == (2, 15, True)
     page = reviewer_client.get("/console/").content.decode()
     assert "Completed more than 3 +" in text(page)
-    assert "Any state more than 8 +" in text(page)
+    assert "Any state more than 15 +" in text(page)
     assert "Waiting for staff review 2" in text(page)
+    assert "Needs attention 4" in text(page)
 
     listed = review_queue(user=reviewer, filters=QueueFilters(state="executed"))
     assert {c.state: c.count for c in listed.counts}["executed"] == 5
@@ -156,19 +161,19 @@ def test_finished_states_are_counted_up_to_a_cap_and_exactly_when_listed(
     assert {row.preview.pk for row in listed.rows} <= {p.pk for p in executed}
 
     everything = review_queue(user=reviewer, filters=QueueFilters(state="all"))
-    assert (everything.total, everything.total_all, everything.total_all_at_least) == (10, 10, False)
-    assert everything.page.paginator.num_pages == 5
-    assert "Any state 10" in text(reviewer_client.get("/console/?state=all").content.decode())
+    assert (everything.total, everything.total_all, everything.total_all_at_least) == (18, 18, False)
+    assert everything.page.paginator.num_pages == 9
+    assert "Any state 18" in text(reviewer_client.get("/console/?state=all").content.decode())
 
 
-def test_the_default_queue_never_counts_the_whole_history(reviewer_client, alice, big_order):
+def test_the_default_queue_counts_only_staff_work_past_the_cap(reviewer_client, alice, big_order):
     bulk_previews(2, customer=alice, order_number="o-77")
     bulk_previews(2, customer=alice, order_number="o-77", status=PreviewStatus.EXECUTED)
     with CaptureQueriesContext(connection) as captured:
         assert reviewer_client.get("/console/").status_code == 200
     counting = [q["sql"] for q in captured.captured_queries if "COUNT(" in q["sql"] and "approvals_preview" in q["sql"]]
-    assert len(counting) == 7  # the open states together, then each of the six finished ones
+    assert len(counting) == 9  # the states staff work on together, then each of the eight others
     for sql in counting:
         bounded = "LIMIT 1001" in sql
-        open_states_only = "IN ('awaiting_customer', 'awaiting_staff', 'approved', 'needs_attention')" in sql
-        assert bounded or open_states_only, sql
+        staff_states_only = "IN ('awaiting_staff', 'needs_attention')" in sql
+        assert bounded or staff_states_only, sql
