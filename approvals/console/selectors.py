@@ -182,12 +182,12 @@ def review_queue(*, user: User, filters: QueueFilters, page_number: Any = 1) -> 
     counts = _state_counts(scoped, listed_state=filters.state)
     total_all = sum(c.count for c in counts)
     total_all_at_least = any(c.at_least for c in counts)
-    if filters.state == ALL_STATES and total_all_at_least:
-        total_all, total_all_at_least = scoped.count(), False  # listed: the pages need the exact count
-    if filters.state == ALL_STATES:
-        total = total_all
-    else:
+    if filters.state != ALL_STATES:
         total = next((c.count for c in counts if c.state == filters.state), 0)
+    else:
+        if total_all_at_least:  # listed: the pages need the exact count
+            total_all, total_all_at_least = scoped.count(), False
+        total = total_all
     listed = scoped if filters.state == ALL_STATES else scoped.filter(status=filters.state)
     listed = listed.select_related("actor", "agent_session", "claim__claimed_by").order_by("created_at", "pk")
     paginator = Paginator(listed, QUEUE_PAGE_SIZE)

@@ -174,6 +174,6 @@ def test_the_default_queue_counts_only_staff_work_past_the_cap(reviewer_client, 
     counting = [q["sql"] for q in captured.captured_queries if "COUNT(" in q["sql"] and "approvals_preview" in q["sql"]]
     assert len(counting) == 9  # the states staff work on together, then each of the eight others
     for sql in counting:
-        bounded = "LIMIT 1001" in sql
+        bounded = f"LIMIT {selectors.STATE_COUNT_CAP + 1}" in sql
         staff_states_only = "IN ('awaiting_staff', 'needs_attention')" in sql
         assert bounded or staff_states_only, sql
