@@ -59,6 +59,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--cprofile", action="store_true")
     parser.add_argument("--path", default="/api/agent/tool-calls")
+    parser.add_argument("--dump", default=None, help="with --cprofile, also write the raw stats here (pstats)")
     parser.add_argument("--orm-rows", action="store_true", help="the plain ORM instead of approvals.rows")
     args = parser.parse_args()
 
@@ -143,6 +144,8 @@ def main() -> int:
         print(f"answers: {codes}")
         if profiler:
             stats = pstats.Stats(profiler)
+            if args.dump:
+                stats.dump_stats(args.dump)
             stats.sort_stats("cumulative").print_stats(60)
             stats.sort_stats("tottime").print_stats(30)
             by_package: dict[str, float] = {}

@@ -234,6 +234,37 @@ class Processes:
                 raise RuntimeError(f"{name} exited with {process.returncode}:\n{tail}")
 
 
+class CpuSteal:
+    """The share of the machine's CPU time that the hypervisor gave to other guests (`steal` in
+    /proc/stat, `st` in vmstat) over a window: on a shared VM a figure measured while 20 % of the CPU
+    went elsewhere is not the code's alone, so each measured window reports it beside its figure. None
+    where /proc/stat has no steal column (not Linux, or a kernel without steal accounting)."""
+
+    def __init__(self) -> None:
+        self.started = self.read()
+
+    @staticmethod
+    def read() -> list[int] | None:
+        try:
+            fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+        except OSError:
+            return None
+        # cpu user nice system idle iowait irq softirq steal [guest guest_nice]: guest time is in user
+        return [int(value) for value in fields[1:9]] if fields[0] == "cpu" and len(fields) > 8 else None
+
+    def percent(self) -> float | None:
+        now = self.read()
+        if self.started is None or now is None:
+            return None
+        spent = [after - before for before, after in zip(self.started, now, strict=True)]
+        total = sum(spent)
+        return round(100 * spent[7] / total, 1) if total else None
+
+
+def steal_words(percent: float | None) -> str:
+    return "CPU steal ?" if percent is None else f"CPU steal {percent:.0f} %"
+
+
 def wait_for_bare(url: str, token: str, timeout: float = 60) -> None:
     """The bare floor's server answers a call (it writes one row)."""
     deadline = time.monotonic() + timeout
@@ -361,6 +392,7 @@ def measure_proposals(
     for connections in CONNECTIONS:
         runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind, _path, _expect in KINDS}
         cpu: dict[str, dict[str, float]] = {kind: {} for kind, _path, _expect in KINDS}
+        steal: dict[str, list[float | None]] = {kind: [] for kind, _path, _expect in KINDS}
         for index in range(profile.slices):
             for kind, path, expect in KINDS:
                 base_url = base_urls[kind]
@@ -372,7 +404,7 @@ def measure_proposals(
                     key_prefix=f"{run_id}-{kind}-c{connections}-{index}-warm",
                     expect=expect,
                 )
-                before = processes.cpu_seconds()
+                before, machine = processes.cpu_seconds(), CpuSteal()
                 runs[kind].append(
                     run_wrk(
                         url=base_url + path,
@@ -386,6 +418,7 @@ def measure_proposals(
                 after = processes.cpu_seconds()
                 for name, seconds in after.items():
                     cpu[kind][name] = cpu[kind].get(name, 0.0) + seconds - before.get(name, 0.0)
+                steal[kind].append(machine.percent())
         for kind, _path, _expect in KINDS:
             result = results[kind][str(connections)] = merge_wrk_runs(runs[kind], connections)
             result["cpu_ms_per_request"] = {
@@ -393,11 +426,13 @@ def measure_proposals(
                 for name, seconds in sorted(cpu[kind].items())
                 if seconds > 0
             }
+            known = [percent for percent in steal[kind] if percent is not None]
+            result["cpu_steal_percent"] = round(statistics.mean(known), 1) if known else None
             lat = result["latency_ms"]
             log(
                 f"  {kind:8} c={connections:<3} {result['rps']:8.1f} req/s  p50 {lat['p50']:7.2f} ms  "
                 f"p95 {lat['p95']:7.2f}  p99 {lat['p99']:7.2f}  statuses {result['statuses']}  "
-                f"non-contract {result['non_contract']}"
+                f"non-contract {result['non_contract']}  {steal_words(result['cpu_steal_percent'])}"
             )
             log(f"  {kind:8} c={connections:<3} CPU ms per request: {result['cpu_ms_per_request']}")
     return results
@@ -459,7 +494,7 @@ def measure_commit_throughput(profile: Profile, processes: Processes) -> dict[st
     confirm_started = time.time()
     for preview in previews:
         _confirm(preview)
-    cpu_before = processes.cpu_seconds()
+    cpu_before, machine = processes.cpu_seconds(), CpuSteal()
     resumed_at = confirmed = time.time()
     resumed = app.control.add_consumer(queue, destination=workers, reply=True, timeout=5)
     if len(resumed) != 2:
@@ -467,7 +502,7 @@ def measure_commit_throughput(profile: Profile, processes: Processes) -> dict[st
     ids = [p.pk for p in previews]
     # Polled seldom, to leave PostgreSQL to the workers: the figure comes from executed_at, not the poll.
     counts = _wait_executed(ids, timeout=60, interval=0.5)
-    cpu_after = processes.cpu_seconds()
+    cpu_after, steal = processes.cpu_seconds(), machine.percent()
     executed = Preview.objects.filter(pk__in=ids, status=PreviewStatus.EXECUTED)
     last = executed.aggregate(last=Max("executed_at"))["last"]
     n = counts.get(PreviewStatus.EXECUTED, 0)
@@ -479,6 +514,7 @@ def measure_commit_throughput(profile: Profile, processes: Processes) -> dict[st
         "confirm_seconds": round(confirmed - confirm_started, 2),
         "drain_seconds": round(elapsed, 3),
         "executions_per_s": round(n / elapsed, 1) if n else 0.0,
+        "cpu_steal_percent": steal,
         # CPU of the drain alone, per execution (of it, the poll above is one query every half second).
         "cpu_ms_per_execution": {
             name: round((cpu_after[name] - cpu_before.get(name, 0.0)) * 1000 / max(1, n), 2)
@@ -579,7 +615,9 @@ def measure_commit_floor(profile: Profile, database: Database, clients: int) -> 
         str(BENCH / "commit_floor.sql"),
         *database.pgbench_args(),
     ]
+    machine = CpuSteal()
     completed = subprocess.run(argv, cwd=ROOT, env=database.pgbench_env(), capture_output=True, text=True, timeout=600)
+    steal = machine.percent()
     match = re.search(r"tps = ([\d.]+) \(without initial connection time\)", completed.stdout)
     failed = re.search(r"number of failed transactions: (\d+)", completed.stdout)
     latency = re.search(r"latency average = ([\d.]+) ms", completed.stdout)
@@ -591,6 +629,7 @@ def measure_commit_floor(profile: Profile, database: Database, clients: int) -> 
         "tps": round(float(match.group(1)), 1),
         "latency_avg_ms": float(latency.group(1)) if latency else None,
         "failed": int(failed.group(1)) if failed else 0,
+        "cpu_steal_percent": steal,
     }
 
 
@@ -619,9 +658,11 @@ def measure_open_loop(
         )
     )
     with FsyncProbe(workdir) as disk:
+        machine = CpuSteal()
         result = asyncio.run(
             run_open_loop(url=base_url + PIPELINE_PATH, rate=rate, seconds=profile.duration_s, make_call=calls)
         )
+        result["cpu_steal_percent"] = machine.percent()
     result["capacity_rps"] = capacity_rps
     result["non_contract"] = sum(n for code, n in result["statuses"].items() if code not in ("200", "201", "422"))
     result["checkpoint_forced_before"] = forced
@@ -760,6 +801,7 @@ def measure_console_page(client: Any, repeats: int) -> dict[str, Any]:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
+    machine = CpuSteal()
     start = time.perf_counter()
     response = client.get(CONSOLE_PATH)
     cold = (time.perf_counter() - start) * 1000
@@ -779,6 +821,7 @@ def measure_console_page(client: Any, repeats: int) -> dict[str, Any]:
         "queries": len(queries),
         "query_sql": [q["sql"][:300] for q in queries.captured_queries],
         "rows_marker": rows,
+        "cpu_steal_percent": machine.percent(),
     }
 
 
@@ -874,7 +917,8 @@ def report_rows(result: dict[str, Any]) -> list[dict[str, str]]:
                 "value": f"{lat['p50']:.1f} / {lat['p95']:.1f} / {lat['p99']:.1f}",
                 "floor": f"send lag p99 {open_loop['send_lag_ms'].get('p99', 0):.1f}; "
                 f"disk fsync p99 / max {disk.get('p99', '?')} / {disk.get('max', '?')}; "
-                f"checkpoints during: {open_loop.get('checkpoints_during', '?')}",
+                f"checkpoints during: {open_loop.get('checkpoints_during', '?')}; "
+                f"{steal_words(open_loop.get('cpu_steal_percent'))}",
                 "ratio": "",
                 "target": "p99 < 50",
                 "met": _met(lat["p99"] < 50 and not open_loop["non_contract"]),
@@ -952,7 +996,37 @@ def report_rows(result: dict[str, Any]) -> list[dict[str, str]]:
                 "met": _met(full["queries"] == small["queries"]),
             }
         )
+    steal = machine_steal(result)
+    if steal:
+        rows.append(
+            {
+                "figure": "CPU steal (the hypervisor's share, vmstat's `st`) during each measured window (%)",
+                "value": "; ".join(f"{window} {'?' if percent is None else percent}" for window, percent in steal),
+                "floor": "",
+                "ratio": "",
+                "target": "",
+                "met": "—",
+            }
+        )
     return rows
+
+
+def machine_steal(result: dict[str, Any]) -> list[tuple[str, float | None]]:
+    """(window, CPU steal %) for each measured window of the run, in the report's order."""
+    windows: list[tuple[str, float | None]] = []
+    proposals = result.get("proposals")
+    if proposals:
+        for kind in ("pipeline", "floor", "bare"):
+            measured = proposals[kind].get(str(TARGET_CONNECTIONS), {})
+            windows.append((f"{kind} c={TARGET_CONNECTIONS}", measured.get("cpu_steal_percent")))
+    if result.get("open_loop"):
+        windows.append(("open loop", result["open_loop"].get("cpu_steal_percent")))
+    if result.get("commit"):
+        windows.append(("commit drain", result["commit"]["throughput"].get("cpu_steal_percent")))
+        windows.append(("pgbench", result["commit"]["floor"].get("cpu_steal_percent")))
+    if result.get("console"):
+        windows.append(("console", result["console"][f"waiting_{CONSOLE_WAITING}"].get("cpu_steal_percent")))
+    return windows
 
 
 def markdown_table(rows: list[dict[str, str]]) -> str:

@@ -160,3 +160,40 @@ def test_the_seal_lag_runs_from_the_transactions_last_record_to_its_first_signed
     assert lag["records"] == 2
     assert lag["p50_ms"] == lag["max_ms"]  # both from the transaction's last record
     assert 100 <= lag["max_ms"] < 30_000
+
+
+def test_cpu_steal_is_the_steal_columns_share_of_the_window(monkeypatch):
+    from bench import run
+
+    # user nice system idle iowait irq softirq steal guest guest_nice, as /proc/stat gives them
+    readings = iter([[100, 0, 50, 800, 10, 0, 0, 40], [160, 0, 80, 860, 10, 0, 0, 70]])
+    monkeypatch.setattr(run.CpuSteal, "read", staticmethod(lambda: next(readings)))
+    assert run.CpuSteal().percent() == 16.7  # 30 of the window's 180 ticks
+    monkeypatch.setattr(run.CpuSteal, "read", staticmethod(lambda: None))
+    assert run.CpuSteal().percent() is None
+    assert run.steal_words(None) == "CPU steal ?" and run.steal_words(16.7) == "CPU steal 17 %"
+
+
+def test_the_machine_reads_a_cpu_steal_figure_now():
+    from bench import run
+
+    reading = run.CpuSteal.read()
+    assert reading is None or (len(reading) == 8 and all(ticks >= 0 for ticks in reading))
+
+
+def test_the_report_lists_each_windows_cpu_steal():
+    from bench import run
+
+    waiting = f"waiting_{run.CONSOLE_WAITING}"
+    result = {
+        "open_loop": {"cpu_steal_percent": 2.5},
+        "commit": {"throughput": {"cpu_steal_percent": 18.0}, "floor": {"cpu_steal_percent": None}},
+        "console": {waiting: {"cpu_steal_percent": 0.0}},
+    }
+    assert run.machine_steal(result) == [
+        ("open loop", 2.5),
+        ("commit drain", 18.0),
+        ("pgbench", None),
+        ("console", 0.0),
+    ]
+    assert run.report_rows({}) == []  # nothing measured: no steal row either
