@@ -3,6 +3,8 @@
 import json
 import os
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -25,8 +27,25 @@ requires_chromium = pytest.mark.skipif(
 )
 
 
-def launch(playwright):
-    return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+@contextmanager
+def chromium() -> Iterator:
+    """Debian's Chromium under Playwright's sync API; on the way out, the browser and the database
+    connections the test opened meanwhile are closed.
+
+    Playwright keeps an event loop running on the test's thread, so Django's connection handler (asgiref's
+    Local) keeps the connections opened meanwhile in a context of their own, not the thread's. The test
+    database's teardown, which runs after the loop has stopped, never sees them; left open, they kept it
+    from dropping the test database ("being accessed by other users")."""
+    from django.db import connections
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+            connections.close_all()
 
 
 def log_in(page, username: str, password: str) -> None:

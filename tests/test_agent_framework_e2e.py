@@ -26,7 +26,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from approvals.models import AuditEvent, AuditRecord, Preview
 from approvals.services import agent_session_create
 from refunds.models import LocalGatewayRefund, Refund
-from tests.browser import launch, log_in, requires_chromium
+from tests.browser import chromium, log_in, requires_chromium
 from tests.factories import OrderFactory, UserFactory
 
 PASSWORD = "correct horse battery staple"
@@ -139,20 +139,16 @@ def mcp_tools(url: str, token: str) -> list[StructuredTool]:
 
 
 def confirm_in_chromium(confirm_url: str) -> None:
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
-    with sync_playwright() as playwright:
-        browser = launch(playwright)
-        try:
-            page = browser.new_page()
-            page.goto(confirm_url)
-            log_in(page, "alice", PASSWORD)
-            expect(page).to_have_url(confirm_url)
-            expect(page.get_by_role("heading", level=1)).to_have_text("Refund €5.00 on order o-12")
-            page.get_by_role("button", name=re.compile(r"^Confirm")).click()
-            expect(page.get_by_role("status")).to_contain_text("Refunded €5.00 on order o-12")
-        finally:
-            browser.close()
+    with chromium() as browser:
+        page = browser.new_page()
+        page.goto(confirm_url)
+        log_in(page, "alice", PASSWORD)
+        expect(page).to_have_url(confirm_url)
+        expect(page.get_by_role("heading", level=1)).to_have_text("Refund €5.00 on order o-12")
+        page.get_by_role("button", name=re.compile(r"^Confirm")).click()
+        expect(page.get_by_role("status")).to_contain_text("Refunded €5.00 on order o-12")
 
 
 @pytest.mark.parametrize("way", ["mcp", "rest"])

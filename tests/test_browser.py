@@ -9,7 +9,7 @@ import pytest
 
 from approvals.services import agent_session_create
 from refunds.models import LocalGatewayRefund, Refund
-from tests.browser import ARTIFACTS, agent_request, launch, log_in, requires_chromium
+from tests.browser import ARTIFACTS, agent_request, chromium, log_in, requires_chromium
 from tests.factories import OrderFactory, UserFactory
 
 PASSWORD = "correct horse battery staple"
@@ -21,7 +21,7 @@ pytestmark = [
 
 
 def test_alice_confirms_a_proposed_refund_in_the_browser(live_server, monkeypatch, settings):
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     # Playwright's sync API runs an event loop in this thread; the ORM calls below are still synchronous.
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
@@ -43,33 +43,29 @@ def test_alice_confirms_a_proposed_refund_in_the_browser(live_server, monkeypatc
     assert confirm_url == f"{live_server.url}/previews/{proposal['preview']['id']}/"
 
     ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = launch(playwright)
-        try:
-            page = browser.new_page(viewport={"width": 1024, "height": 768})
-            page.goto(confirm_url)
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1024, "height": 768})
+        page.goto(confirm_url)
 
-            expect(page).to_have_url(re.compile(r"/accounts/login/\?next=/previews/"))
-            log_in(page, "alice", PASSWORD)
+        expect(page).to_have_url(re.compile(r"/accounts/login/\?next=/previews/"))
+        log_in(page, "alice", PASSWORD)
 
-            expect(page).to_have_url(confirm_url)
-            expect(page.get_by_role("heading", level=1)).to_have_text("Refund €5.00 on order o-12")
-            expect(page.locator(".fact", has_text="Refund amount").locator("dd")).to_have_text("€5.00")
-            expect(page.locator(".fact", has_text="Left to refund after this").locator("dd")).to_have_text("€5.00")
-            expect(page.get_by_role("status")).to_contain_text("Waiting for your confirmation")
-            page.screenshot(path=str(ARTIFACTS / "preview.png"), full_page=True)
+        expect(page).to_have_url(confirm_url)
+        expect(page.get_by_role("heading", level=1)).to_have_text("Refund €5.00 on order o-12")
+        expect(page.locator(".fact", has_text="Refund amount").locator("dd")).to_have_text("€5.00")
+        expect(page.locator(".fact", has_text="Left to refund after this").locator("dd")).to_have_text("€5.00")
+        expect(page.get_by_role("status")).to_contain_text("Waiting for your confirmation")
+        page.screenshot(path=str(ARTIFACTS / "preview.png"), full_page=True)
 
-            page.get_by_role("button", name=re.compile(r"^Confirm")).click()
+        page.get_by_role("button", name=re.compile(r"^Confirm")).click()
 
-            expect(page).to_have_url(confirm_url)
-            status_box = page.get_by_role("status")
-            expect(status_box).to_contain_text("Completed.")
-            expect(status_box).to_contain_text("Refunded €5.00 on order o-12")
-            expect(page.get_by_role("button", name=re.compile(r"^Confirm"))).to_have_count(0)
-            page.screenshot(path=str(ARTIFACTS / "confirm.png"), full_page=True)
-            shown = status_box.inner_text()
-        finally:
-            browser.close()
+        expect(page).to_have_url(confirm_url)
+        status_box = page.get_by_role("status")
+        expect(status_box).to_contain_text("Completed.")
+        expect(status_box).to_contain_text("Refunded €5.00 on order o-12")
+        expect(page.get_by_role("button", name=re.compile(r"^Confirm"))).to_have_count(0)
+        page.screenshot(path=str(ARTIFACTS / "confirm.png"), full_page=True)
+        shown = status_box.inner_text()
 
     refund = Refund.objects.get()
     assert (refund.amount_minor, refund.currency, refund.order_id) == (500, "EUR", order.pk)

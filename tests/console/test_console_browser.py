@@ -10,7 +10,7 @@ import re
 import pytest
 
 from refunds.models import LocalGatewayRefund, Refund
-from tests.browser import ARTIFACTS, launch, log_in, requires_chromium
+from tests.browser import ARTIFACTS, chromium, log_in, requires_chromium
 from tests.factories import OrderFactory
 
 from .conftest import confirmed, make_reviewer, proposed
@@ -24,7 +24,7 @@ pytestmark = [
 
 
 def test_a_reviewer_approves_a_refund_in_the_console(live_server, alice, settings, monkeypatch):
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     # Playwright's sync API runs an event loop in this thread; the ORM calls here stay synchronous.
     monkeypatch.setitem(os.environ, "DJANGO_ALLOW_ASYNC_UNSAFE", "true")
@@ -36,44 +36,38 @@ def test_a_reviewer_approves_a_refund_in_the_console(live_server, alice, setting
     preview = confirmed(proposed(alice, "o-77", 12000))
 
     ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = launch(playwright)
-        try:
-            page = browser.new_page(viewport={"width": 1200, "height": 900})
-            page.goto(f"{live_server.url}/console/")
-            expect(page).to_have_url(re.compile(r"/accounts/login/\?next=/console/"))
-            log_in(page, "sam", PASSWORD)
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1200, "height": 900})
+        page.goto(f"{live_server.url}/console/")
+        expect(page).to_have_url(re.compile(r"/accounts/login/\?next=/console/"))
+        log_in(page, "sam", PASSWORD)
 
-            expect(page.get_by_role("heading", level=1)).to_have_text("Review queue")
-            row = page.get_by_role("row", name=re.compile("Refund €120.00 on o-77 for alice, damaged"))
-            expect(row).to_contain_text("Waiting for staff review")
-            expect(row).to_contain_text(re.compile(r"expires in (23|24)\s+hours"))
-            page.screenshot(path=str(ARTIFACTS / "console-queue.png"), full_page=True)
+        expect(page.get_by_role("heading", level=1)).to_have_text("Review queue")
+        row = page.get_by_role("row", name=re.compile("Refund €120.00 on o-77 for alice, damaged"))
+        expect(row).to_contain_text("Waiting for staff review")
+        expect(row).to_contain_text(re.compile(r"expires in (23|24)\s+hours"))
+        page.screenshot(path=str(ARTIFACTS / "console-queue.png"), full_page=True)
 
-            row.get_by_role("link").click()
-            expect(page).to_have_url(f"{live_server.url}/console/previews/{preview.pk}/")
-            verified = page.get_by_role("region", name=re.compile("Verified"))
-            expect(verified).to_contain_text("Remaining refundable€500.00")
-            expect(verified.get_by_role("row", name=re.compile("Amount is within what remains"))).to_contain_text(
-                "Passes"
-            )
-            unverified = page.get_by_role("region", name=re.compile("Unverified"))
-            expect(unverified).to_contain_text('"amount_minor": 12000')
-            expect(page.get_by_role("status")).to_contain_text("Waiting for staff review")
-            page.screenshot(path=str(ARTIFACTS / "console-detail.png"), full_page=True)
+        row.get_by_role("link").click()
+        expect(page).to_have_url(f"{live_server.url}/console/previews/{preview.pk}/")
+        verified = page.get_by_role("region", name=re.compile("Verified"))
+        expect(verified).to_contain_text("Remaining refundable€500.00")
+        expect(verified.get_by_role("row", name=re.compile("Amount is within what remains"))).to_contain_text("Passes")
+        unverified = page.get_by_role("region", name=re.compile("Unverified"))
+        expect(unverified).to_contain_text('"amount_minor": 12000')
+        expect(page.get_by_role("status")).to_contain_text("Waiting for staff review")
+        page.screenshot(path=str(ARTIFACTS / "console-detail.png"), full_page=True)
 
-            page.get_by_role("button", name=re.compile(r"^Approve")).click()
+        page.get_by_role("button", name=re.compile(r"^Approve")).click()
 
-            expect(page).to_have_url(f"{live_server.url}/console/previews/{preview.pk}/")
-            status_box = page.locator("[data-status]")
-            expect(status_box).to_have_attribute("data-status", "executed")
-            expect(status_box).to_contain_text("Completed")
-            expect(status_box).to_contain_text("Refunded €120.00 on order o-77")
-            expect(page.get_by_role("button", name=re.compile(r"^Approve"))).to_have_count(0)
-            page.screenshot(path=str(ARTIFACTS / "console-executed.png"), full_page=True)
-            shown = status_box.inner_text()
-        finally:
-            browser.close()
+        expect(page).to_have_url(f"{live_server.url}/console/previews/{preview.pk}/")
+        status_box = page.locator("[data-status]")
+        expect(status_box).to_have_attribute("data-status", "executed")
+        expect(status_box).to_contain_text("Completed")
+        expect(status_box).to_contain_text("Refunded €120.00 on order o-77")
+        expect(page.get_by_role("button", name=re.compile(r"^Approve"))).to_have_count(0)
+        page.screenshot(path=str(ARTIFACTS / "console-executed.png"), full_page=True)
+        shown = status_box.inner_text()
 
     refund = Refund.objects.get()
     assert (refund.preview_id, refund.amount_minor, refund.currency, refund.order_id) == (

@@ -13,7 +13,7 @@ from django.test import Client
 
 from approvals.models import Preview, PreviewStatus
 from refunds.models import Refund
-from tests.browser import ARTIFACTS, launch, requires_chromium
+from tests.browser import ARTIFACTS, chromium, requires_chromium
 from tests.factories import OrderFactory
 
 from .conftest import confirmed, make_reviewer, proposed
@@ -47,17 +47,11 @@ def no_horizontal_overflow(page):
 
 @pytest.fixture
 def browser_env(live_server, monkeypatch, settings):
-    from playwright.sync_api import sync_playwright
-
     monkeypatch.setitem(os.environ, "DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     settings.STAFF_REVIEW_THRESHOLDS = {"EUR": 10000}
     ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = launch(playwright)
-        try:
-            yield browser
-        finally:
-            browser.close()
+    with chromium() as browser:
+        yield browser
 
 
 def test_the_queue_from_the_keyboard_with_bulk_approval(live_server, browser_env, alice):

@@ -8,7 +8,7 @@ import pytest
 
 from approvals.models import Execution, PreviewStatus
 from approvals.services import agent_session_create
-from tests.browser import ARTIFACTS, agent_request, launch, log_in, requires_chromium
+from tests.browser import ARTIFACTS, agent_request, chromium, log_in, requires_chromium
 from tests.engine.conftest import events
 from tests.engine.factories import PASSWORD, BoardFactory, PersonFactory
 
@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.browser, requires_chromium]
 
 
 def test_the_owner_confirms_a_rename_in_the_browser(live_server, monkeypatch, settings):
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's loop runs in this thread
     settings.LOGIN_FAILURE_LIMIT = 10**6
@@ -35,29 +35,25 @@ def test_the_owner_confirms_a_rename_in_the_browser(live_server, monkeypatch, se
     confirm_url = answer["preview"]["confirm_url"]
 
     ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = launch(playwright)
-        try:
-            page = browser.new_page(viewport={"width": 390, "height": 844})
-            page.goto(confirm_url)
-            expect(page).to_have_url(re.compile(r"/accounts/login/\?next=/previews/"))
-            log_in(page, "olga", PASSWORD)
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 390, "height": 844})
+        page.goto(confirm_url)
+        expect(page).to_have_url(re.compile(r"/accounts/login/\?next=/previews/"))
+        log_in(page, "olga", PASSWORD)
 
-            expect(page).to_have_url(confirm_url)
-            expect(page.get_by_role("heading", level=1)).to_have_text("Rename board b-7 to “Plans for 2027”")
-            expect(page.locator(".fact", has_text="New title").locator("dd")).to_have_text("Plans for 2027")
-            page_text = page.locator("main").inner_text()
-            assert "0.00" not in page_text and "Amount" not in page_text  # an action without money shows none
-            page.screenshot(path=str(ARTIFACTS / "engine-toy-preview.png"), full_page=True)
+        expect(page).to_have_url(confirm_url)
+        expect(page.get_by_role("heading", level=1)).to_have_text("Rename board b-7 to “Plans for 2027”")
+        expect(page.locator(".fact", has_text="New title").locator("dd")).to_have_text("Plans for 2027")
+        page_text = page.locator("main").inner_text()
+        assert "0.00" not in page_text and "Amount" not in page_text  # an action without money shows none
+        page.screenshot(path=str(ARTIFACTS / "engine-toy-preview.png"), full_page=True)
 
-            page.get_by_role("button", name=re.compile(r"^Confirm")).click()
+        page.get_by_role("button", name=re.compile(r"^Confirm")).click()
 
-            expect(page).to_have_url(confirm_url)
-            status_box = page.get_by_role("status")
-            expect(status_box).to_contain_text("Board b-7 is now called “Plans for 2027”.")
-            expect(page.get_by_role("button", name=re.compile(r"^Confirm"))).to_have_count(0)
-        finally:
-            browser.close()
+        expect(page).to_have_url(confirm_url)
+        status_box = page.get_by_role("status")
+        expect(status_box).to_contain_text("Board b-7 is now called “Plans for 2027”.")
+        expect(page.get_by_role("button", name=re.compile(r"^Confirm"))).to_have_count(0)
 
     board.refresh_from_db()
     assert (board.title, board.version) == ("Plans for 2027", 2)

@@ -9,7 +9,7 @@ from django.contrib.auth.models import Group
 
 from approvals.models import Preview, PreviewStatus
 from invoices.models import Delivery, Invoice
-from tests.browser import ARTIFACTS, launch, log_in, requires_chromium
+from tests.browser import ARTIFACTS, chromium, log_in, requires_chromium
 from tests.conftest import agent_client_for
 from tests.factories import StaffFactory
 
@@ -92,7 +92,7 @@ def test_an_invoice_approver_approves_in_the_console_and_it_is_sent_once(
 def test_browser_a_reviewer_approves_an_invoice_send_and_sees_it_delivered(
     live_server, alice, inv17, smtp_server, settings, monkeypatch
 ):
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     monkeypatch.setitem(os.environ, "DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     settings.LOGIN_FAILURE_LIMIT = 10**6
@@ -101,23 +101,19 @@ def test_browser_a_reviewer_approves_an_invoice_send_and_sees_it_delivered(
     approver.save()
     preview = _proposed_send(alice)
     ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = launch(playwright)
-        try:
-            page = browser.new_page(viewport={"width": 1200, "height": 900})
-            page.goto(f"{live_server.url}/console/")
-            log_in(page, "ivy", "approver-pass-for-tests")
-            page.get_by_role("link", name=re.compile("Send invoice INV-17 to accounts@example.test")).click()
-            expect(page.get_by_role("region", name=re.compile("exactly as it will be sent"))).to_contain_text(
-                "accounts@example.test"
-            )
-            frame = page.frame_locator("iframe.document-frame")
-            expect(frame.locator("body")).to_contain_text("Consulting")
-            page.screenshot(path=str(ARTIFACTS / "console-invoice.png"), full_page=True)
-            page.get_by_role("button", name=re.compile(r"^Approve")).click()
-            expect(page.locator("[data-status]")).to_contain_text(re.compile("Completed|Executed|sent", re.I))
-            expect(page.locator("body")).to_contain_text("accepted by the mail server")
-        finally:
-            browser.close()
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1200, "height": 900})
+        page.goto(f"{live_server.url}/console/")
+        log_in(page, "ivy", "approver-pass-for-tests")
+        page.get_by_role("link", name=re.compile("Send invoice INV-17 to accounts@example.test")).click()
+        expect(page.get_by_role("region", name=re.compile("exactly as it will be sent"))).to_contain_text(
+            "accounts@example.test"
+        )
+        frame = page.frame_locator("iframe.document-frame")
+        expect(frame.locator("body")).to_contain_text("Consulting")
+        page.screenshot(path=str(ARTIFACTS / "console-invoice.png"), full_page=True)
+        page.get_by_role("button", name=re.compile(r"^Approve")).click()
+        expect(page.locator("[data-status]")).to_contain_text(re.compile("Completed|Executed|sent", re.I))
+        expect(page.locator("body")).to_contain_text("accepted by the mail server")
     assert Preview.objects.get(pk=preview.pk).status == PreviewStatus.EXECUTED
     assert [m["rcpt_tos"] for m in smtp_server.messages] == [["accounts@example.test"]]

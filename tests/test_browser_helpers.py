@@ -1,0 +1,22 @@
+"""The browser tests' helpers (tests/browser.py)."""
+
+import os
+
+import pytest
+from django.db import connections
+
+from tests.browser import chromium, requires_chromium
+
+# SQLite never closes an in-memory test database's connection; the teardown that failed was PostgreSQL's.
+pytestmark = [pytest.mark.browser, pytest.mark.postgres, requires_chromium]
+
+
+def test_connections_opened_while_chromium_runs_are_closed_with_it(transactional_db, monkeypatch):
+    """Playwright's event loop gives the connections opened under it a context of their own, which the
+    test database's teardown never sees: left open, one kept PostgreSQL from dropping the database."""
+    monkeypatch.setitem(os.environ, "DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    with chromium():
+        opened = connections["default"]
+        opened.ensure_connection()
+        assert opened.connection is not None
+    assert opened.connection is None
