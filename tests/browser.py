@@ -2,6 +2,8 @@
 
 import json
 import os
+import re
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -53,6 +55,17 @@ def log_in(page, username: str, password: str) -> None:
     page.get_by_label("Username").fill(username)
     page.get_by_label("Password").fill(password)
     page.get_by_role("button", name="Log in").click()
+
+
+def log_in_through(page, url: str, username: str, password: str) -> None:
+    """Open a page that needs a login: the login page comes first, naming the page to go back to, and
+    after logging in the browser is on the page itself."""
+    from playwright.sync_api import expect
+
+    page.goto(url)
+    expect(page).to_have_url(re.compile(r"/accounts/login/\?next=" + re.escape(urllib.parse.urlsplit(url).path)))
+    log_in(page, username, password)
+    expect(page).to_have_url(url)
 
 
 def agent_request(url: str, token: str, body: dict | None = None) -> tuple[int, dict]:

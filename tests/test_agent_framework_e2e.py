@@ -26,7 +26,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from approvals.models import AuditEvent, AuditRecord, Preview
 from approvals.services import agent_session_create
 from refunds.models import LocalGatewayRefund, Refund
-from tests.browser import chromium, log_in, requires_chromium
+from tests.browser import chromium, log_in_through, requires_chromium
 from tests.factories import OrderFactory, UserFactory
 
 PASSWORD = "correct horse battery staple"
@@ -143,9 +143,7 @@ def confirm_in_chromium(confirm_url: str) -> None:
 
     with chromium() as browser:
         page = browser.new_page()
-        page.goto(confirm_url)
-        log_in(page, "alice", PASSWORD)
-        expect(page).to_have_url(confirm_url)
+        log_in_through(page, confirm_url, "alice", PASSWORD)
         expect(page.get_by_role("heading", level=1)).to_have_text("Refund €5.00 on order o-12")
         page.get_by_role("button", name=re.compile(r"^Confirm")).click()
         expect(page.get_by_role("status")).to_contain_text("Refunded €5.00 on order o-12")

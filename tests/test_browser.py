@@ -9,7 +9,7 @@ import pytest
 
 from approvals.services import agent_session_create
 from refunds.models import LocalGatewayRefund, Refund
-from tests.browser import ARTIFACTS, agent_request, chromium, log_in, requires_chromium
+from tests.browser import ARTIFACTS, agent_request, chromium, log_in_through, requires_chromium
 from tests.factories import OrderFactory, UserFactory
 
 PASSWORD = "correct horse battery staple"
@@ -45,12 +45,7 @@ def test_alice_confirms_a_proposed_refund_in_the_browser(live_server, monkeypatc
     ARTIFACTS.mkdir(exist_ok=True)
     with chromium() as browser:
         page = browser.new_page(viewport={"width": 1024, "height": 768})
-        page.goto(confirm_url)
-
-        expect(page).to_have_url(re.compile(r"/accounts/login/\?next=/previews/"))
-        log_in(page, "alice", PASSWORD)
-
-        expect(page).to_have_url(confirm_url)
+        log_in_through(page, confirm_url, "alice", PASSWORD)
         expect(page.get_by_role("heading", level=1)).to_have_text("Refund €5.00 on order o-12")
         expect(page.locator(".fact", has_text="Refund amount").locator("dd")).to_have_text("€5.00")
         expect(page.locator(".fact", has_text="Left to refund after this").locator("dd")).to_have_text("€5.00")

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from refunds.models import LocalGatewayRefund, Refund
-from tests.browser import ARTIFACTS, chromium, log_in, requires_chromium
+from tests.browser import ARTIFACTS, chromium, log_in_through, requires_chromium
 from tests.factories import OrderFactory
 
 from .conftest import confirmed, make_reviewer, proposed
@@ -38,10 +38,7 @@ def test_a_reviewer_approves_a_refund_in_the_console(live_server, alice, setting
     ARTIFACTS.mkdir(exist_ok=True)
     with chromium() as browser:
         page = browser.new_page(viewport={"width": 1200, "height": 900})
-        page.goto(f"{live_server.url}/console/")
-        expect(page).to_have_url(re.compile(r"/accounts/login/\?next=/console/"))
-        log_in(page, "sam", PASSWORD)
-
+        log_in_through(page, f"{live_server.url}/console/", "sam", PASSWORD)
         expect(page.get_by_role("heading", level=1)).to_have_text("Review queue")
         row = page.get_by_role("row", name=re.compile("Refund €120.00 on o-77 for alice, damaged"))
         expect(row).to_contain_text("Waiting for staff review")

@@ -8,7 +8,7 @@ import pytest
 
 from approvals.models import Execution, PreviewStatus
 from approvals.services import agent_session_create
-from tests.browser import ARTIFACTS, agent_request, chromium, log_in, requires_chromium
+from tests.browser import ARTIFACTS, agent_request, chromium, log_in_through, requires_chromium
 from tests.engine.conftest import events
 from tests.engine.factories import PASSWORD, BoardFactory, PersonFactory
 
@@ -37,11 +37,7 @@ def test_the_owner_confirms_a_rename_in_the_browser(live_server, monkeypatch, se
     ARTIFACTS.mkdir(exist_ok=True)
     with chromium() as browser:
         page = browser.new_page(viewport={"width": 390, "height": 844})
-        page.goto(confirm_url)
-        expect(page).to_have_url(re.compile(r"/accounts/login/\?next=/previews/"))
-        log_in(page, "olga", PASSWORD)
-
-        expect(page).to_have_url(confirm_url)
+        log_in_through(page, confirm_url, "olga", PASSWORD)
         expect(page.get_by_role("heading", level=1)).to_have_text("Rename board b-7 to “Plans for 2027”")
         expect(page.locator(".fact", has_text="New title").locator("dd")).to_have_text("Plans for 2027")
         page_text = page.locator("main").inner_text()

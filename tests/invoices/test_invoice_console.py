@@ -9,7 +9,7 @@ from django.contrib.auth.models import Group
 
 from approvals.models import Preview, PreviewStatus
 from invoices.models import Delivery, Invoice
-from tests.browser import ARTIFACTS, chromium, log_in, requires_chromium
+from tests.browser import ARTIFACTS, chromium, log_in_through, requires_chromium
 from tests.conftest import agent_client_for
 from tests.factories import StaffFactory
 
@@ -103,8 +103,7 @@ def test_browser_a_reviewer_approves_an_invoice_send_and_sees_it_delivered(
     ARTIFACTS.mkdir(exist_ok=True)
     with chromium() as browser:
         page = browser.new_page(viewport={"width": 1200, "height": 900})
-        page.goto(f"{live_server.url}/console/")
-        log_in(page, "ivy", "approver-pass-for-tests")
+        log_in_through(page, f"{live_server.url}/console/", "ivy", "approver-pass-for-tests")
         page.get_by_role("link", name=re.compile("Send invoice INV-17 to accounts@example.test")).click()
         expect(page.get_by_role("region", name=re.compile("exactly as it will be sent"))).to_contain_text(
             "accounts@example.test"
