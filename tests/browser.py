@@ -8,6 +8,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -34,14 +35,14 @@ def chromium() -> Iterator:
     """Debian's Chromium under Playwright's sync API; on the way out, the browser and the database
     connections the test opened meanwhile are closed.
 
-    Playwright keeps an event loop running on the test's thread, so Django's connection handler (asgiref's
-    Local) keeps the connections opened meanwhile in a context of their own, not the thread's. The test
-    database's teardown, which runs after the loop has stopped, never sees them; left open, they kept it
-    from dropping the test database ("being accessed by other users")."""
+    Playwright keeps an event loop running on the test's thread. Django then takes the thread for an async
+    one: its ORM calls are allowed for the duration (DJANGO_ALLOW_ASYNC_UNSAFE; they are synchronous), and
+    the connections they open live in the loop's context, which the test database's teardown never sees
+    (tests/event_loops.py, which does the same for asyncio)."""
     from django.db import connections
     from playwright.sync_api import sync_playwright
 
-    with sync_playwright() as playwright:
+    with mock.patch.dict(os.environ, {"DJANGO_ALLOW_ASYNC_UNSAFE": "true"}), sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             yield browser

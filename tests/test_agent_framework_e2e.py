@@ -151,7 +151,7 @@ def confirm_in_chromium(confirm_url: str) -> None:
 
 @pytest.mark.parametrize("way", ["mcp", "rest"])
 def test_seed_000_conversation_through_a_real_agent_framework(way, live_server, monkeypatch, settings):
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's and the MCP client's loops
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # the MCP client's loop (chromium() covers its own)
     settings.LOGIN_FAILURE_LIMIT = 10**6
     alice = UserFactory(username="alice", password=PASSWORD)
     bob = UserFactory(username="bob")

@@ -20,11 +20,9 @@ pytestmark = [
 ]
 
 
-def test_alice_confirms_a_proposed_refund_in_the_browser(live_server, monkeypatch, settings):
+def test_alice_confirms_a_proposed_refund_in_the_browser(live_server, settings):
     from playwright.sync_api import expect
 
-    # Playwright's sync API runs an event loop in this thread; the ORM calls below are still synchronous.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     # Failed-login counters live in the cache (Redis when REDIS_URL is set); don't let other runs lock us out.
     settings.LOGIN_FAILURE_LIMIT = 10**6
     alice = UserFactory(username="alice", password=PASSWORD)

@@ -4,7 +4,6 @@ detail page, approves, and sees the executed state.
 Playwright drives Debian's Chromium (/usr/bin/chromium); it never downloads a browser of its own.
 """
 
-import os
 import re
 
 import pytest
@@ -23,11 +22,9 @@ pytestmark = [
 ]
 
 
-def test_a_reviewer_approves_a_refund_in_the_console(live_server, alice, settings, monkeypatch):
+def test_a_reviewer_approves_a_refund_in_the_console(live_server, alice, settings):
     from playwright.sync_api import expect
 
-    # Playwright's sync API runs an event loop in this thread; the ORM calls here stay synchronous.
-    monkeypatch.setitem(os.environ, "DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     settings.LOGIN_FAILURE_LIMIT = 10**6  # other runs' failed logins must not lock this one out
     reviewer = make_reviewer("sam")
     reviewer.set_password(PASSWORD)

@@ -4,7 +4,6 @@
 axe-core comes from the npm registry (`make axe`, run by `make test`, puts it in tests/vendor/).
 """
 
-import os
 import re
 from pathlib import Path
 
@@ -46,8 +45,7 @@ def no_horizontal_overflow(page):
 
 
 @pytest.fixture
-def browser_env(live_server, monkeypatch, settings):
-    monkeypatch.setitem(os.environ, "DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+def browser_env(live_server, settings):
     settings.STAFF_REVIEW_THRESHOLDS = {"EUR": 10000}
     ARTIFACTS.mkdir(exist_ok=True)
     with chromium() as browser:

@@ -15,10 +15,9 @@ from tests.engine.factories import PASSWORD, BoardFactory, PersonFactory
 pytestmark = [pytest.mark.browser, requires_chromium]
 
 
-def test_the_owner_confirms_a_rename_in_the_browser(live_server, monkeypatch, settings):
+def test_the_owner_confirms_a_rename_in_the_browser(live_server, settings):
     from playwright.sync_api import expect
 
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's loop runs in this thread
     settings.LOGIN_FAILURE_LIMIT = 10**6
     owner = PersonFactory(username="olga")
     board = BoardFactory(id="b-7", owner=owner, title="Roadmap")

@@ -1,7 +1,6 @@
 """Invoice sends in the staff console: the detail page renders the email exactly as it will be sent."""
 
 import json
-import os
 import re
 
 import pytest
@@ -90,11 +89,10 @@ def test_an_invoice_approver_approves_in_the_console_and_it_is_sent_once(
 @pytest.mark.browser
 @requires_chromium
 def test_browser_a_reviewer_approves_an_invoice_send_and_sees_it_delivered(
-    live_server, alice, inv17, smtp_server, settings, monkeypatch
+    live_server, alice, inv17, smtp_server, settings
 ):
     from playwright.sync_api import expect
 
-    monkeypatch.setitem(os.environ, "DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     settings.LOGIN_FAILURE_LIMIT = 10**6
     approver = _invoice_approver()
     approver.set_password("approver-pass-for-tests")
