@@ -32,3 +32,7 @@ AGENT_WEBHOOK_BACKOFF_SECONDS = 0.2
 
 # A test-only action with no money (tests/toy_action/), on which the engine's own tests run (tests/engine/).
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.toy_action"]  # noqa: F405
+# Each request of the live test server closes its database connection when it ends, as runserver's do.
+# A kept one outlived its request on an idle keep-alive socket (a client that never closed) and kept
+# PostgreSQL from dropping the test database. (Subprocess servers and workers read config.settings.)
+DATABASES["default"]["CONN_MAX_AGE"] = 0  # noqa: F405

@@ -8,6 +8,7 @@ import pytest
 from django.contrib.auth import authenticate
 from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import Group
+from django.db import connection
 from django.test import Client
 from django.urls import clear_url_caches, resolve
 from django.urls.exceptions import Resolver404
@@ -209,11 +210,14 @@ def test_sixteen_parallel_logins_over_http_let_no_guess_through_after_the_limit(
     codes = []
 
     def attempt(n):
-        client = Client(REMOTE_ADDR=f"10.8.1.{n}")
-        barrier.wait()
-        password = PASSWORD if n == 7 else f"guess-{n}"
-        response = client.post("/accounts/login/", {"username": "ｂｏｂ", "password": password})
-        codes.append((response.status_code, _logged_in(client)))
+        try:
+            client = Client(REMOTE_ADDR=f"10.8.1.{n}")
+            barrier.wait()
+            password = PASSWORD if n == 7 else f"guess-{n}"
+            response = client.post("/accounts/login/", {"username": "ｂｏｂ", "password": password})
+            codes.append((response.status_code, _logged_in(client)))
+        finally:
+            connection.close()  # this thread's own; left open, it keeps the test database from being dropped
 
     threads = [threading.Thread(target=attempt, args=(n,)) for n in range(16)]
     for thread in threads:
@@ -231,9 +235,12 @@ def test_parallel_guesses_over_http_are_counted_before_they_are_checked():
     codes = []
 
     def attempt(n):
-        client = Client(REMOTE_ADDR=f"10.8.2.{n}")
-        barrier.wait()
-        codes.append(client.post("/accounts/login/", {"username": "bob", "password": f"guess-{n}"}).status_code)
+        try:
+            client = Client(REMOTE_ADDR=f"10.8.2.{n}")
+            barrier.wait()
+            codes.append(client.post("/accounts/login/", {"username": "bob", "password": f"guess-{n}"}).status_code)
+        finally:
+            connection.close()
 
     threads = [threading.Thread(target=attempt, args=(n,)) for n in range(16)]
     for thread in threads:

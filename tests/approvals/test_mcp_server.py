@@ -4,8 +4,6 @@ The same bearer token, the same tools, the same service as the REST API: every a
 tool result, in the database and in the audit log.
 """
 
-import asyncio
-
 import httpx
 import mcp_types as types
 import pytest
@@ -18,6 +16,7 @@ from approvals.models import ApprovalRole, AuditEvent, AuditRecord, Preview, Pre
 from approvals.services import agent_session_create, preview_approve
 from refunds.models import OrderStatus, Refund
 from refunds.serializers import RefundOrderArguments
+from tests.event_loops import run
 from tests.factories import OrderFactory, UserFactory
 
 
@@ -42,10 +41,6 @@ def shop(live_server, monkeypatch):
         "session": session,
         "token": token,
     }
-
-
-def run(coroutine):
-    return asyncio.run(coroutine)
 
 
 async def connect(url, token, **kwargs):
