@@ -7,10 +7,11 @@ from django.db import connections
 
 from tests.browser import chromium, requires_chromium
 
+pytestmark = [pytest.mark.browser, requires_chromium]
+
+
 # SQLite never closes an in-memory test database's connection; the teardown that failed was PostgreSQL's.
-pytestmark = [pytest.mark.browser, pytest.mark.postgres, requires_chromium]
-
-
+@pytest.mark.postgres
 def test_connections_opened_while_chromium_runs_are_closed_with_it(transactional_db):
     """Playwright's event loop gives the connections opened under it a context of their own, which the
     test database's teardown never sees: left open, one kept PostgreSQL from dropping the database."""
