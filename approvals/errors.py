@@ -121,6 +121,7 @@ class ErrorCode(StrEnum):
     # Execution (approvals.services.execution) and a person's retry of it.
     SUBJECT_UNAVAILABLE = "subject_unavailable"
     APPROVAL_MISSING = "approval_missing"
+    APPROVAL_LAPSED = "approval_lapsed"
     EXECUTION_DEADLINE_PASSED = "execution_deadline_passed"
     EFFECT_UNKNOWN = "effect_unknown"
     RECORD_FAILED = "record_failed"

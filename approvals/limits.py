@@ -14,11 +14,15 @@ executed, executed or needs attention; declined, rejected, expired, superseded a
 not, nor those whose effect the outside world undid later (`Action.spending_reversed`, e.g. a refund
 that failed at the bank).
 
-The check runs inside the proposal's transaction, after the action's policy and before the preview
-is inserted, holding a row lock on the agent session and on the customer (SELECT ... FOR NO KEY
+The check runs inside the proposal's transaction (every origin's: approvals.services.proposals), after
+the action's policy and before the preview is inserted, holding a row lock on the agent session and on the customer (SELECT ... FOR NO KEY
 UPDATE, which the preview's own foreign-key checks do not wait for): two proposals of one session or
 for one customer are counted one after the other, so concurrent proposals cannot race past a limit.
 On SQLite the transaction's write lock (IMMEDIATE) serialises them.
+
+The execution gate asks again (`spend_limits_recheck`), reading without locks: the previews were
+admitted one after the other under the locks above, so this only catches a limit lowered since, and
+it runs under the preview's lock, which comes after the session's and the person's in the lock order.
 """
 
 from __future__ import annotations
@@ -107,19 +111,23 @@ def _counted(queryset: QuerySet[Preview]) -> QuerySet[Preview]:
     return queryset
 
 
-def _amount_used(queryset: QuerySet[Preview], currency: str) -> int:
+def _amount_used(queryset: QuerySet[Preview], currency: str, excluding: Any = None) -> int:
     names = [action.name for action in spending_actions()]
-    total = _counted(queryset.filter(action__in=names, currency=currency)).aggregate(total=Sum("amount_minor"))
+    queryset = queryset.filter(action__in=names, currency=currency)
+    if excluding is not None:
+        queryset = queryset.exclude(pk=excluding)
+    total = _counted(queryset).aggregate(total=Sum("amount_minor"))
     return int(total["total"] or 0)
 
 
-def agent_daily_use(session: AgentSession, currency: str, *, now: datetime | None = None) -> int:
-    return _amount_used(Preview.objects.filter(agent_session=session, created_at__gte=day_start(now)), currency)
+def agent_daily_use(session: AgentSession, currency: str, *, now: datetime | None = None, excluding: Any = None) -> int:
+    since = day_start(now)
+    return _amount_used(Preview.objects.filter(agent_session=session, created_at__gte=since), currency, excluding)
 
 
-def customer_period_use(actor_id: Any, currency: str, *, now: datetime | None = None) -> int:
+def customer_period_use(actor_id: Any, currency: str, *, now: datetime | None = None, excluding: Any = None) -> int:
     since = (now or timezone.now()) - CUSTOMER_PERIOD
-    return _amount_used(Preview.objects.filter(actor_id=actor_id, created_at__gte=since), currency)
+    return _amount_used(Preview.objects.filter(actor_id=actor_id, created_at__gte=since), currency, excluding)
 
 
 def agent_hourly_count(session: AgentSession, *, now: datetime | None = None) -> int:
@@ -135,12 +143,20 @@ def _refusal(use: LimitUse, amount_minor: int | None, message: str) -> SpendLimi
 
 
 def spend_limits_check(
-    *, agent_session: AgentSession | None, actor: Any, action: Action, amount_minor: int | None, currency: str | None
+    *,
+    agent_session: AgentSession | None,
+    actor: Any,
+    action: Action,
+    amount_minor: int | None,
+    currency: str | None,
+    excluding: Any = None,
 ) -> SpendLimitExceeded | None:
     """Lock what the limits are counted on and say whether this proposal would go past one of them.
 
     Call inside the proposal's transaction, before its preview is inserted; the locks are held until it
-    commits. Returns the refusal, or None. Takes no lock and reads nothing when no limit applies.
+    commits. `excluding` is a preview that no longer counts (the one a counter-proposal replaces, or the
+    preview being executed). Returns the refusal, or None. Takes no lock and reads nothing when no limit
+    applies.
     """
     # A proposal without an amount (an action moving no money) counts only toward the hourly count.
     money_out = action.counts_toward_spending_limits and amount_minor is not None and bool(currency)
@@ -162,11 +178,31 @@ def spend_limits_check(
         if refusal is not None:
             return refusal
     if daily is not None and agent_session is not None:  # so is daily
-        refusal = _daily_refusal(agent_session, daily, spent, spent_in)
+        refusal = _daily_refusal(agent_session, daily, spent, spent_in, excluding)
         if refusal is not None:
             return refusal
     if period is not None:
-        return _period_refusal(actor, period, spent, spent_in)
+        return _period_refusal(actor, period, spent, spent_in, excluding)
+    return None
+
+
+def spend_limits_recheck(*, preview: Preview, action: Action) -> SpendLimitExceeded | None:
+    """At execution: whether this preview's amount, with everything else counted, is past a spending
+    limit now (a limit lowered since it was proposed). The proposal count is not asked again."""
+    if not action.counts_toward_spending_limits or preview.amount_minor is None or not preview.currency:
+        return None
+    if not (settings.SPEND_LIMIT_AGENT_DAILY or settings.SPEND_LIMIT_CUSTOMER_30D):
+        return None
+    session = preview.agent_session if preview.agent_session_id is not None else None
+    spent, spent_in = preview.amount_minor, preview.currency
+    daily = _limit_for(settings.SPEND_LIMIT_AGENT_DAILY, spent_in) if session is not None else None
+    if daily is not None and session is not None:
+        refusal = _daily_refusal(session, daily, spent, spent_in, preview.pk)
+        if refusal is not None:
+            return refusal
+    period = _limit_for(settings.SPEND_LIMIT_CUSTOMER_30D, spent_in)
+    if period is not None:
+        return _period_refusal(preview.actor, period, spent, spent_in, preview.pk)
     return None
 
 
@@ -184,8 +220,11 @@ def _hourly_refusal(agent_session: AgentSession, hourly: int) -> SpendLimitExcee
     )
 
 
-def _daily_refusal(agent_session: AgentSession, daily: int, spent: int, spent_in: str) -> SpendLimitExceeded | None:
-    use = LimitUse("agent_daily_limit", "Today", spent_in, daily, agent_daily_use(agent_session, spent_in))
+def _daily_refusal(
+    agent_session: AgentSession, daily: int, spent: int, spent_in: str, excluding: Any = None
+) -> SpendLimitExceeded | None:
+    used = agent_daily_use(agent_session, spent_in, excluding=excluding)
+    use = LimitUse("agent_daily_limit", "Today", spent_in, daily, used)
     if use.used + spent <= use.limit:
         return None
     return _refusal(
@@ -200,10 +239,11 @@ def _daily_refusal(agent_session: AgentSession, daily: int, spent: int, spent_in
     )
 
 
-def _period_refusal(actor: Any, period: int, spent: int, spent_in: str) -> SpendLimitExceeded | None:
-    use = LimitUse(
-        "customer_period_limit", "Customer, 30 days", spent_in, period, customer_period_use(actor.pk, spent_in)
-    )
+def _period_refusal(
+    actor: Any, period: int, spent: int, spent_in: str, excluding: Any = None
+) -> SpendLimitExceeded | None:
+    used = customer_period_use(actor.pk, spent_in, excluding=excluding)
+    use = LimitUse("customer_period_limit", "Customer, 30 days", spent_in, period, used)
     if use.used + spent <= use.limit:
         return None
     return _refusal(

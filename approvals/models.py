@@ -62,6 +62,14 @@ class ApprovalRole(models.TextChoices):
     STAFF = "staff", "Staff"
 
 
+class PreviewOrigin(models.TextChoices):
+    """How a preview came to exist; every origin passes the same admission (approvals.services.proposals)."""
+
+    AGENT = "agent", "Proposed by an agent"
+    COUNTER_PROPOSAL = "counter_proposal", "Reviewer's counter-proposal"
+    STAFF_REPROPOSAL = "staff_reproposal", "Staff re-proposal"
+
+
 class Preview(models.Model):
     """An exact proposed action. Its payload never changes after creation; only its status does."""
 
@@ -92,11 +100,18 @@ class Preview(models.Model):
     executed_at = models.DateTimeField(null=True, blank=True)
     # M-of-N (REVIEW_QUORUM): how many distinct staff members must approve; fixed when proposed.
     staff_approvals_needed = models.PositiveSmallIntegerField(default=1)
-    # A counter-proposal: the reviewer who wrote it (never counts as an approver of it), and the
-    # preview it replaced (superseded, code `counter_proposed`).
-    counter_author = models.ForeignKey(
+    # Who proposed it: the agent session's person for an agent's proposal, the staff member for a
+    # counter-proposal or a re-proposal. The proposer of any preview of a chain never approves one of it.
+    origin = models.CharField(max_length=32, choices=PreviewOrigin.choices, default=PreviewOrigin.AGENT)
+    proposed_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
     )
+    # The first preview of the chain this one continues (a counter-proposal, a re-proposal of a refund the
+    # bank failed); null for the first one itself.
+    chain_root = models.ForeignKey(
+        "self", on_delete=models.PROTECT, null=True, blank=True, related_name="+", db_index=False
+    )
+    # A counter-proposal's preview it replaced (superseded, code `counter_proposed`).
     supersedes = models.OneToOneField(
         "self", on_delete=models.PROTECT, null=True, blank=True, related_name="superseded_by"
     )
@@ -109,6 +124,7 @@ class Preview(models.Model):
             models.Index(fields=["actor", "created_at"]),
             # The console's counts per state (of the action kinds a reviewer decides), index-only.
             models.Index(fields=["action", "status"], name="preview_action_status_idx"),
+            models.Index(fields=["chain_root"], name="preview_chain_root_idx", condition=Q(chain_root__isnull=False)),
         ]
         constraints = [
             # The same pending proposal is answered with the existing preview, even under a race.
@@ -134,6 +150,15 @@ class Preview(models.Model):
         return f"{self.action} {self.subject_id} ({self.status})"
 
     @property
+    def chain_id(self) -> Any:
+        """The id every preview of this one's chain shares: the first preview's."""
+        return self.chain_root_id or self.pk
+
+    @property
+    def proposed_by_staff(self) -> bool:
+        return self.origin != PreviewOrigin.AGENT
+
+    @property
     def executed(self) -> bool:
         return self.status == PreviewStatus.EXECUTED
 
@@ -152,6 +177,9 @@ class ExecutionOutcome(models.TextChoices):
     EFFECT_UNKNOWN = "effect_unknown", "Effect unknown"
     FAILED_AFTER_CHECK = "failed_after_check", "Refused by the provider"
     EFFECT_UNRECORDED = "effect_unrecorded", "Effect made, not recorded"
+    # An approval it rested on no longer counts (the approver lost the right): nothing was done, and the
+    # preview waits for staff again; a new approval makes it pending.
+    AWAITING_APPROVAL = "awaiting_approval", "Waiting for an approval again"
 
 
 # The effect may exist at the provider and is not in the books yet: its amount counts as in flight.
@@ -205,11 +233,19 @@ class Approval(models.Model):
     digest = models.CharField(max_length=64)
     subject_version = models.PositiveIntegerField()
     created_at = models.DateTimeField(auto_now_add=True)
+    # Set when the approver lost the right to approve (left the group, deactivated) before the preview
+    # executed: the approval never counts again, and the person may approve anew once they have it back.
+    lapsed_at = models.DateTimeField(null=True, blank=True)
+    lapsed_reason = models.CharField(max_length=200, blank=True)
 
     class Meta:
         constraints = [
-            # One yes per person and role: a quorum needs that many distinct people.
-            models.UniqueConstraint(fields=["preview", "role", "approver"], name="one_approval_per_person_and_role"),
+            # One standing yes per person and role: a quorum needs that many distinct people.
+            models.UniqueConstraint(
+                fields=["preview", "role", "approver"],
+                condition=Q(lapsed_at__isnull=True),
+                name="one_approval_per_person_and_role",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -246,6 +282,7 @@ class AuditEvent(models.TextChoices):
     COUNTER_PROPOSED = "counter_proposed"
     REVIEW_CLAIMED = "review_claimed"
     REVIEW_RELEASED = "review_released"
+    APPROVAL_LAPSED = "approval_lapsed"
     REVIEWERS_NOTIFIED = "reviewers_notified"
     REVIEW_ESCALATED = "review_escalated"
 
@@ -428,6 +465,9 @@ class ReviewClaim(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
     )
     claimed_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        permissions = [("manage_review_claims", "Can release or take over another reviewer's claim")]
 
     def __str__(self) -> str:
         return f"{self.preview_id} claimed by {self.claimed_by}"

@@ -39,8 +39,9 @@ approved previews on a subject are paying right now (so two refunds cannot both 
 **What an action may tell the engine.** `audit_record(...)` appends to the audit log (in the caller's
 transaction). `preview_effect_changed(preview)` says the outside world changed an executed preview's
 effect (a refund the bank failed afterwards), so the preview's pages and webhooks follow.
-`proposal_submit(...)` proposes on a person's behalf (staff proposing again what the bank failed),
-through the same policy, limits and confirmation as an agent's proposal.
+`proposal_admit(...)` proposes on a person's behalf (staff proposing again what the bank failed,
+`origin=PreviewOrigin.STAFF_REPROPOSAL`), through the one admission path every preview takes: the
+same policy, limits, quorum and confirmation as an agent's proposal, with its proposer recorded.
 
 **Helpers.** Money: `format_minor(amount_minor, currency)` for people, `parse_major(text, currency)`
 from a form, `is_known_currency`, `amount_of(preview)` (the amount and currency of a preview that has
@@ -76,7 +77,16 @@ from .errors import (
     PolicyRefusal,
     TransientExecutionError,
 )
-from .models import OPEN_STATUSES, ApprovalRole, AuditEvent, Execution, ExecutionOutcome, Preview, PreviewStatus
+from .models import (
+    OPEN_STATUSES,
+    ApprovalRole,
+    AuditEvent,
+    Execution,
+    ExecutionOutcome,
+    Preview,
+    PreviewOrigin,
+    PreviewStatus,
+)
 from .money import format_minor, is_known_currency, parse_major
 from .registry import (
     Action,
@@ -96,7 +106,7 @@ from .registry import (
 )
 from .rows import column_sql, fetch_one, insert_rows, update_fields
 from .selectors import amount_in_flight, amount_in_flight_subquery
-from .services import audit_record, proposal_submit
+from .services import audit_record, proposal_admit
 from .shop_import import ShopDataInvalid
 from .transitions import preview_effect_changed
 from .types import AuthenticatedHttpRequest
@@ -142,6 +152,7 @@ __all__ = [
     "Link",
     "PolicyRefusal",
     "Preview",
+    "PreviewOrigin",
     "PreviewStatus",
     "Proposal",
     "ReadOnlyInline",
@@ -172,7 +183,7 @@ __all__ = [
     "is_known_currency",
     "parse_major",
     "preview_effect_changed",
-    "proposal_submit",
+    "proposal_admit",
     "register_action",
     "register_import_section",
     "registry",

@@ -6,8 +6,10 @@ and who counts.
 the band with the highest starting amount at or below the preview's amount applies (`*` matches any
 currency). The number is fixed on the preview when it is proposed (and covered by its digest).
 
-Who never counts: the proposer (the preview's actor) and the reviewer who wrote a counter-proposal;
-each person counts once. Any rejection ends the preview (preview_decline), whatever was approved.
+Who never counts: the preview's actor, whoever proposed a preview of its chain (a counter-proposal's
+author, a re-proposal's staff member), and an approval that lapsed (its approver lost the right before
+the preview executed: approvals.services.rights); each person counts once. Any rejection ends the
+preview (preview_decline), whatever was approved.
 """
 
 from __future__ import annotations
@@ -93,27 +95,37 @@ def apply_quorum(
 
 
 def never_counts(preview: Any) -> set[Any]:
-    """People whose staff approval of this preview can never count: its proposer and the author of
-    the counter-proposal it is."""
-    return {pk for pk in (preview.actor_id, preview.counter_author_id) if pk is not None}
+    """People whose staff approval of this preview can never count, as the preview itself says: its
+    actor and its proposer (approvals.services.rights.proposer_chain adds the chain's earlier proposers)."""
+    return {pk for pk in (preview.actor_id, preview.proposed_by_id) if pk is not None}
 
 
-def counting_staff_approvers(preview: Any, approvals: Iterable[tuple[str, Any]]) -> set[Any]:
-    """The distinct staff approvers who count, from (role, approver id) pairs."""
-    excluded = never_counts(preview)
-    return {approver for role, approver in approvals if role == ApprovalRole.STAFF and approver not in excluded}
+def counting_staff_approvers(
+    preview: Any, approvals: Iterable[Any], *, excluded: set[Any] | None = None
+) -> set[Any]:
+    """The distinct staff approvers who count, from the preview's approvals (lapsed ones never do)."""
+    excluded = never_counts(preview) if excluded is None else excluded
+    return {
+        a.approver_id
+        for a in approvals
+        if a.role == ApprovalRole.STAFF and a.lapsed_at is None and a.approver_id not in excluded
+    }
 
 
-def approved_roles(preview: Any, role: str) -> set[str]:
-    """The roles whose approval is complete, just after `role` approved (its row is inserted)."""
-    roles = {role}
+def needs_counting(preview: Any, role: str) -> bool:
+    """Whether `role`'s approval alone may not complete the preview's approvals (other roles, a quorum,
+    a preview proposed by staff): then every standing approval is read and counted."""
     others = any(required != role for required in preview.required_approvals)
     counted = role == ApprovalRole.STAFF and preview.staff_approvals_needed > 1
-    if not (others or counted or preview.counter_author_id):
-        return roles
-    pairs = list(preview.approvals.values_list("role", "approver_id"))
-    roles |= {r for r, _ in pairs}
-    if ApprovalRole.STAFF in roles and len(counting_staff_approvers(preview, pairs)) < preview.staff_approvals_needed:
+    return others or counted or preview.proposed_by_staff
+
+
+def approved_roles(preview: Any, approvals: Iterable[Any], *, excluded: set[Any] | None = None) -> set[str]:
+    """The roles whose approval is complete, from the approvals that stand."""
+    standing = [a for a in approvals if a.lapsed_at is None]
+    roles = {a.role for a in standing}
+    counted = counting_staff_approvers(preview, standing, excluded=excluded)
+    if ApprovalRole.STAFF in roles and len(counted) < preview.staff_approvals_needed:
         roles.discard(ApprovalRole.STAFF.value)
     return roles
 
@@ -121,13 +133,12 @@ def approved_roles(preview: Any, role: str) -> set[str]:
 def progress(preview: Any, approvals: Iterable[Any] | None = None) -> tuple[int, int]:
     """(staff approvals that count, staff approvals needed), e.g. (1, 2) shown as "1 of 2"."""
     rows = preview.approvals.all() if approvals is None else approvals
-    pairs = [(a.role, a.approver_id) for a in rows]
-    return len(counting_staff_approvers(preview, pairs)), preview.staff_approvals_needed
+    return len(counting_staff_approvers(preview, rows)), preview.staff_approvals_needed
 
 
-def quorum_refusal(preview: Any, approvals: Iterable[Any]) -> str | None:
-    """For the executor: why the staff approvals do not make the quorum (each bound to the digest and
-    subject version), or None."""
+def quorum_refusal(preview: Any, approvals: Iterable[Any], *, excluded: set[Any] | None = None) -> str | None:
+    """For the executor: why the standing staff approvals do not make the quorum (each bound to the
+    digest and subject version), or None."""
     if ApprovalRole.STAFF not in preview.required_approvals:
         return None
     valid = [
@@ -137,7 +148,7 @@ def quorum_refusal(preview: Any, approvals: Iterable[Any]) -> str | None:
         and a.subject_version == preview.subject_version
         and a.created_at <= preview.expires_at
     ]
-    have, need = progress(preview, valid)
+    have, need = len(counting_staff_approvers(preview, valid, excluded=excluded)), preview.staff_approvals_needed
     if have < need:
         return f"{have} of the {need} staff approvals needed are recorded for this exact preview."
     return None

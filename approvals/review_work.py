@@ -1,5 +1,7 @@
 """Working the staff queue: claims and assignments (so that two reviewers do not work one preview), and
-bulk decisions (each preview decided on its own, bound to its own digest, audited on its own)."""
+bulk decisions (each preview decided on its own through the one decision path, bound to its own digest,
+audited on its own). A claim is changed (released, taken over, given to someone else) only by the one
+who holds it or a lead (`approvals.manage_review_claims`)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ from django.db import transaction
 
 from .errors import DecisionError, ErrorCode
 from .models import ApprovalRole, AuditEvent, Preview, PreviewStatus, ReviewClaim
-from .services import audit_record, may_review, preview_approve, preview_decline
+from .services import Decision, audit_record, may_manage_claims, may_review, preview_decide
+from .services.locks import preview_lock
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -33,14 +36,21 @@ def preview_claim(*, preview: Preview, reviewer: User, by: User | None = None, t
             f"{reviewer.get_username()} proposed this; another reviewer must.", code=ErrorCode.FOUR_EYES
         )
     with transaction.atomic():
-        locked = Preview.objects.select_for_update().get(pk=preview.pk)
+        locked = preview_lock(preview.pk)
+        if locked is None:
+            raise Preview.DoesNotExist(f"No preview {preview.pk}")
         claim = ReviewClaim.objects.select_related("claimed_by").filter(preview=locked).first()
         previous = claim.claimed_by.get_username() if claim else None
         if claim is not None and claim.claimed_by_id == reviewer.pk:
             return claim
         if claim is not None and not take_over and by.pk == reviewer.pk:
             raise DecisionError(
-                f"{previous} is already working on this preview; take it over only if you agreed with them.",
+                f"{previous} is already working on this preview; a lead can take it over if you agreed with them.",
+                code=ErrorCode.CLAIMED_BY_ANOTHER,
+            )
+        if claim is not None and claim.claimed_by_id != by.pk and not may_manage_claims(by):
+            raise DecisionError(
+                f"{previous} is working on this preview; only they or a lead can hand it on.",
                 code=ErrorCode.CLAIMED_BY_ANOTHER,
             )
         claim, _ = ReviewClaim.objects.update_or_create(
@@ -57,12 +67,20 @@ def preview_claim(*, preview: Preview, reviewer: User, by: User | None = None, t
 
 
 def preview_release(*, preview: Preview, reviewer: User) -> bool:
-    """Give a claimed preview back to the queue; False when there was no claim."""
+    """Give a claimed preview back to the queue (the claimer, or a lead); False when there was no claim.
+    Raises DecisionError when someone else holds it and `reviewer` is no lead."""
     with transaction.atomic():
-        claim = ReviewClaim.objects.select_for_update().select_related("claimed_by").filter(preview=preview).first()
+        if preview_lock(preview.pk) is None:
+            return False
+        claim = ReviewClaim.objects.select_related("claimed_by").filter(preview=preview).first()
         if claim is None:
             return False
         holder = claim.claimed_by.get_username()
+        if claim.claimed_by_id != reviewer.pk and not may_manage_claims(reviewer):
+            raise DecisionError(
+                f"{holder} is working on this preview; only they or a lead can give it back.",
+                code=ErrorCode.CLAIMED_BY_ANOTHER,
+            )
         claim.delete()
         audit_record(
             event=AuditEvent.REVIEW_RELEASED, preview=preview, actor=reviewer, result={"was_claimed_by": holder}
@@ -108,22 +126,15 @@ def previews_decide_many(
                     "This preview is not the version the page showed; open it and review it again.",
                     code=ErrorCode.VERSION_MISMATCH,
                 )
-            if decision == "approve":
-                preview_approve(
-                    preview_id=item.preview_id,
-                    approver=reviewer,
-                    role=ApprovalRole.STAFF,
-                    digest=item.digest,
-                    basis="staff console bulk review",
-                )
-            else:
-                preview_decline(
-                    preview_id=item.preview_id,
-                    person=reviewer,
-                    role=ApprovalRole.STAFF,
-                    digest=item.digest,
-                    note=note,
-                )
+            preview_decide(
+                preview_id=item.preview_id,
+                person=reviewer,
+                role=ApprovalRole.STAFF,
+                digest=item.digest,
+                decision=Decision.APPROVE if decision == "approve" else Decision.DECLINE,
+                note=note,
+                basis="staff console bulk review",
+            )
             results.append(BulkResult(item.preview_id, True))
         except DecisionError as error:
             results.append(BulkResult(item.preview_id, False, error.code, error.message))

@@ -15,7 +15,7 @@ from django.utils.timesince import timeuntil
 from django.views.decorators.http import require_GET, require_POST
 
 from .errors import DecisionError
-from .models import AWAITING_STATUSES, ApprovalRole, Preview, PreviewStatus
+from .models import AWAITING_STATUSES, ApprovalRole, Preview, PreviewOrigin, PreviewStatus
 from .presentation import (
     customer_decision_error,
     customer_state_words,
@@ -84,7 +84,7 @@ def _page_context(preview: Preview, **extra: Any) -> dict[str, Any]:
         "can_decide": preview.status == PreviewStatus.AWAITING_CUSTOMER,
         "decline_form": extra.pop("decline_form", None) or DeclineForm(initial={"digest": preview.digest}),
         "replacement": replacement,
-        "changed_by_staff": preview.counter_author_id is not None,
+        "changed_by_staff": preview.origin == PreviewOrigin.COUNTER_PROPOSAL,
         **extra,
     }
 

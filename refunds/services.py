@@ -142,10 +142,12 @@ STAFF_REFUND_PROPOSED = "staff_refund_proposed"
 
 def refund_propose_again(*, refund_pk: int, staff: Any) -> Any:
     """Staff propose a new refund in place of one the bank failed or cancelled: the same order, amount
-    and reason, for the same customer, through the same policy (what remains refundable now) and
-    spending limits. Nothing is paid until the customer confirms the new preview (and staff approve it
-    above the threshold). Returns the engine's ProposalOutcome; both outcomes are audited with `staff`."""
-    from approvals.plugin import audit_record, proposal_submit, registry
+    and reason, for the same customer, through the engine's one admission path (what remains refundable
+    now, the spending limits, the quorum), recorded as `staff`'s re-proposal in the failed preview's
+    chain, so `staff` cannot approve it. Nothing is paid until the customer confirms the new preview
+    (and another staff member approves it above the threshold). Returns the engine's ProposalOutcome;
+    both outcomes are audited with `staff`."""
+    from approvals.plugin import PreviewOrigin, audit_record, proposal_admit, registry
 
     from .models import DEAD_REFUND_STATUSES
 
@@ -157,12 +159,14 @@ def refund_propose_again(*, refund_pk: int, staff: Any) -> Any:
         )
     arguments = {"order_id": refund.order.number, "amount_minor": refund.amount_minor, "reason": refund.reason}
     with transaction.atomic():
-        outcome = proposal_submit(
-            agent_session=None,
+        outcome = proposal_admit(
             action=registry.actions["refund_order"],
             arguments=arguments,
             raw_arguments=json.dumps(arguments, sort_keys=True),
+            origin=PreviewOrigin.STAFF_REPROPOSAL,
             actor=refund.order.customer,
+            proposed_by=staff,
+            replaces=refund.preview,
         )
         audit_record(
             event=STAFF_REFUND_PROPOSED,

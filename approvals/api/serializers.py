@@ -19,7 +19,7 @@ from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 
 from ..arguments import MAX_SAFE_MINOR, StrictCharField, StrictIntegerField, StrictSerializer
-from ..models import ApprovalRole, ExecutionOutcome, PreviewStatus
+from ..models import ApprovalRole, ExecutionOutcome, PreviewOrigin, PreviewStatus
 from ..registry import Action, registry
 
 if TYPE_CHECKING:
@@ -200,6 +200,13 @@ def _preview_serializer(name: str, action: Action) -> serializers.Serializer:
                 required=False, help_text="Where the customer confirms (when a customer approval is required)."
             ),
             "executed": serializers.BooleanField(help_text="True only once the worker executed it."),
+            "origin": serializers.ChoiceField(
+                choices=PreviewOrigin.choices,
+                help_text="How it came to exist: an agent's proposal, or staff's counter- or re-proposal.",
+            ),
+            "proposed_by": serializers.CharField(
+                required=False, help_text="The staff member who proposed it (counter- and re-proposals only)."
+            ),
             "outcome": outcome_field(),
             "result": ObjectField(required=False, help_text="What the executor reported (executed only)."),
             "failure": PreviewFailureSerializer(required=False, help_text="Why it failed, expired or was superseded."),

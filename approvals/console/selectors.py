@@ -90,7 +90,7 @@ def reviewable_previews(*, user: User) -> QuerySet[Preview]:
 
 def reviewable_preview(*, user: User, preview_id: Any) -> Preview:
     """The preview, if this reviewer may see it; raises Preview.DoesNotExist otherwise."""
-    return reviewable_previews(user=user).select_related("actor", "agent_session").get(pk=preview_id)
+    return reviewable_previews(user=user).select_related("actor", "agent_session", "proposed_by").get(pk=preview_id)
 
 
 # The queue -----------------------------------------------------------------------------------
@@ -189,7 +189,7 @@ def review_queue(*, user: User, filters: QueueFilters, page_number: Any = 1) -> 
             total_all, total_all_at_least = scoped.count(), False
         total = total_all
     listed = scoped if filters.state == ALL_STATES else scoped.filter(status=filters.state)
-    listed = listed.select_related("actor", "agent_session", "claim__claimed_by").order_by("created_at", "pk")
+    listed = listed.select_related("actor", "agent_session", "proposed_by", "claim__claimed_by").order_by("created_at", "pk")
     paginator = Paginator(listed, QUEUE_PAGE_SIZE)
     paginator.count = total  # known from the counts per state: no second COUNT over the queue
     page = paginator.get_page(page_number)
@@ -235,12 +235,12 @@ def queue_rows(previews: list[Preview], *, due: datetime | None = None) -> list[
         if action is not None:
             flags.update(action.risk_flags_many([p for p in previews if p.action == name]))
     quorum_ids = [p.pk for p in previews if p.staff_approvals_needed > 1]
-    approvals: dict[Any, list[tuple[str, Any]]] = {}
+    approvals: dict[Any, list[Approval]] = {}
     if quorum_ids:
-        for preview_id, role, approver in Approval.objects.filter(
-            preview_id__in=quorum_ids, role=ApprovalRole.STAFF
-        ).values_list("preview_id", "role", "approver_id"):
-            approvals.setdefault(preview_id, []).append((role, approver))
+        for approval in Approval.objects.filter(
+            preview_id__in=quorum_ids, role=ApprovalRole.STAFF, lapsed_at__isnull=True
+        ).only("preview_id", "role", "approver_id", "lapsed_at"):
+            approvals.setdefault(approval.preview_id, []).append(approval)
     return [
         QueueRow(
             preview=p,
@@ -261,8 +261,8 @@ def next_to_review(*, user: User, after: Preview) -> Preview | None:
         .filter(status=PreviewStatus.AWAITING_STAFF)
         .exclude(pk=after.pk)
         .exclude(actor=user)
-        .exclude(counter_author=user)
-        .exclude(approvals__role=ApprovalRole.STAFF, approvals__approver=user)
+        .exclude(proposed_by=user)
+        .exclude(approvals__role=ApprovalRole.STAFF, approvals__approver=user, approvals__lapsed_at__isnull=True)
         .filter(Q(claim__isnull=True) | Q(claim__claimed_by=user))
         .order_by("created_at", "pk")
     )

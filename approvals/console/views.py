@@ -21,7 +21,7 @@ from django.views.decorators.http import require_GET, require_POST
 from ..audit_seal import audit_seal, preview_receipt
 from ..counter import preview_counter_propose
 from ..errors import DecisionError
-from ..models import ApprovalRole, Preview, PreviewStatus
+from ..models import ApprovalRole, Preview, PreviewOrigin, PreviewStatus
 from ..presentation import preview_execution, preview_state_key
 from ..registry import registry
 from ..review_work import preview_claim, preview_release, previews_decide_many
@@ -106,7 +106,7 @@ def _detail(request: AuthenticatedHttpRequest, preview: Preview, *, status: int 
         "preview": preview,
         "can_decide": can_decide,
         "i_approved": can_decide and preview.approvals.filter(role=ApprovalRole.STAFF, approver=request.user).exists(),
-        "my_counter": can_decide and preview.counter_author_id == request.user.pk,
+        "my_counter": can_decide and preview.origin == PreviewOrigin.COUNTER_PROPOSAL and preview.proposed_by_id == request.user.pk,
         "counter_form": extra.pop("counter_form", None)
         or CounterProposalForm(initial={"digest": preview.digest}, counter_fields=review.counter_fields),
         "reviewers": selectors.assignable_reviewers(preview=preview) if can_decide else [],

@@ -2,8 +2,9 @@
 
 - `audit`: appending to the audit log in the caller's transaction (`audit_record`);
 - `sessions`: agent sessions, minted and revoked;
-- `proposals`: tool calls checked by the action's policy and recorded as previews, with idempotency;
-- `decisions`: confirmations, staff approvals and rejections, expiry;
+- `proposals`: the one admission path (`proposal_admit`) for every origin of a preview;
+- `decisions`: the one decision path (`preview_decide`): confirmations, staff approvals and rejections, expiry;
+- `rights`: who may propose, decide or count as an approver now (asked by all three paths);
 - `execution`: the leased state machine that executes an approved preview, its sweeper, resolver and retry;
 - `locks`: the one module that takes row locks, in the order its docstring states;
 - `previews`: a preview's digest and status changes, shared by the above.
@@ -15,10 +16,11 @@ the tasks call the services.
 
 from .audit import audit_record, audited_transaction
 from .decisions import (
+    Decision,
     approval_add,
     decision_error,
-    may_review,
     preview_approve,
+    preview_decide,
     preview_decline,
     preview_expire_if_due,
     preview_refresh,
@@ -53,14 +55,17 @@ from .proposals import (
     idempotent_call,
     preview_build,
     preview_insert_or_twin,
+    proposal_admit,
     proposal_audit_rejected,
     proposal_key,
     proposal_submit,
 )
+from .rights import may_manage_claims, may_review, may_review_action, proposer_chain, staff_right_error
 from .sessions import TOKEN_PREFIX, agent_session_create, agent_sessions_revoke, agent_token_hash
 
 __all__ = [
     "AGENT_SESSION_REVOKED_REASON",
+    "Decision",
     "TOKEN_PREFIX",
     "TRANSITIONS",
     "FencedOff",
@@ -89,9 +94,12 @@ __all__ = [
     "executions_resolve_unknown",
     "idempotent_call",
     "is_retryable_refusal",
+    "may_manage_claims",
     "may_review",
+    "may_review_action",
     "preview_approve",
     "preview_build",
+    "preview_decide",
     "preview_decline",
     "preview_digest",
     "preview_execute",
@@ -101,7 +109,10 @@ __all__ = [
     "preview_refresh",
     "preview_status_for",
     "previews_expire_stale",
+    "proposal_admit",
     "proposal_audit_rejected",
+    "proposer_chain",
     "proposal_key",
     "proposal_submit",
+    "staff_right_error",
 ]

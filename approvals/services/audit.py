@@ -11,8 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
+from .. import metrics
 from ..audit_log import canonical_bytes
 from ..digests import canonical_json
+from ..errors import ApplicationError
 from ..models import AgentSession, AuditEvent, AuditRecord, Preview
 from ..rows import insert_rows
 
@@ -73,3 +75,18 @@ def audited_transaction(*, savepoint: bool = True) -> transaction.Atomic:
 def with_call_id(result: dict[str, Any], call_id: str | None) -> dict[str, Any]:
     """The caller's own id for the call (`call_id`), kept in the audit record when it sent one."""
     return result if call_id is None else {**result, "call_id": call_id}
+
+
+def audit_decision_refused(
+    preview: Preview, person: User, error: ApplicationError, *, role: str = "", **facts: Any
+) -> AuditRecord:
+    """The one record of a refused decision (an approval, a rejection, a counter-proposal, a retry), with
+    the refusal's code and numbers and what was asked (`facts`: the operation, the counter-proposal's
+    changes)."""
+    metrics.decision(preview, role=role or "staff", decision="refused", code=error.code)
+    return audit_record(
+        event=AuditEvent.DECISION_REFUSED,
+        preview=preview,
+        actor=person,
+        result={"error": error.as_dict(), **({"role": role} if role else {}), **facts},
+    )

@@ -1,12 +1,15 @@
-"""Decisions on previews: a customer's confirmation or no, staff approval or rejection (with the quorum and
-four eyes), expiry of an approval window, and bringing a preview read for display up to date.
+"""Decisions on previews: the one decision path (`preview_decide`) that the customer's page, MCP's
+elicitation, the console, bulk decisions and every later channel go through; expiry of an approval
+window; and bringing a preview read for display up to date.
 
-An approval is bound to the digest the person saw and to the subject version. The last one missing opens
-the preview's execution and publishes it once the transaction commits.
+A decision is bound to the digest the person saw and to the subject version; who may decide comes from
+approvals.services.rights (four eyes across the preview's chain, the review permission). The last
+approval missing opens the preview's execution and publishes it once the transaction commits.
 """
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
@@ -18,10 +21,11 @@ from ..models import AWAITING_STATUSES, Approval, ApprovalRole, AuditEvent, Prev
 from ..registry import registry
 from ..rows import insert_rows, update_fields
 from ..transitions import preview_transitioned
-from .audit import audit_record, audited_transaction
+from .audit import audit_decision_refused, audit_record, audited_transaction
 from .execution import execution_enqueue, execution_open
 from .locks import preview_lock, previews_lock, subject_lock
-from .previews import preview_mark, status_awaiting
+from .previews import approvals_of, preview_mark, status_awaiting
+from .rights import staff_approvals_standing, staff_right_error
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -96,7 +100,11 @@ def approval_add(preview: Preview, *, approver: User, role: str, basis: str, eve
         subject_version=preview.subject_version,
     )
     insert_rows([approval])
-    approved_roles = quorum.approved_roles(preview, role)
+    if quorum.needs_counting(preview, role):
+        standing, _lapsed = staff_approvals_standing(preview, approvals_of(preview))
+        approved_roles = quorum.approved_roles(preview, standing)
+    else:
+        approved_roles = {role}
     previous = preview.status
     preview.status = status_awaiting(preview.required_approvals, approved_roles)
     update_fields(preview, ["status", "status_changed_at"])
@@ -119,16 +127,6 @@ def approval_add(preview: Preview, *, approver: User, role: str, basis: str, eve
         execution_enqueue(preview)
 
 
-def _decision_refused(preview: Preview, person: User, role: str, error: DecisionError) -> None:
-    audit_record(
-        event=AuditEvent.DECISION_REFUSED,
-        preview=preview,
-        actor=person,
-        result={"error": error.as_dict(), "role": role},
-    )
-    metrics.decision(preview, role=role, decision="refused", code=error.code)
-
-
 def _subject_current_error(preview: Preview, approver: User) -> DecisionError | None:
     """Lock the subject (after the preview); when it changed since the preview, supersede the preview."""
     action = registry.action(preview.action)
@@ -148,38 +146,6 @@ def _subject_current_error(preview: Preview, approver: User) -> DecisionError | 
     )
 
 
-def preview_approve(
-    *,
-    preview_id: Any,
-    approver: User,
-    role: ApprovalRole,
-    digest: str,
-    basis: str = "",
-) -> Preview:
-    """Record `approver`'s yes to exactly the preview they saw (its digest).
-
-    The customer role must be the preview's actor; the staff role must not be (four eyes).
-    Raises Preview.DoesNotExist for a preview this person may not see, DecisionError otherwise.
-    """
-    with audited_transaction():
-        # The customer may only confirm their own previews: someone else's is as if it did not exist.
-        owner = {"actor_id": approver.pk} if role == ApprovalRole.CUSTOMER else {}
-        preview = preview_lock(preview_id, **owner)
-        if preview is None:
-            raise Preview.DoesNotExist(f"No preview {preview_id} for {approver}")
-        error = decision_error(preview, approver=approver, role=role, digest=digest)
-        if error is None:
-            error = _subject_current_error(preview, approver)
-        if error is None:
-            event = AuditEvent.CONFIRMED if role == ApprovalRole.CUSTOMER else AuditEvent.APPROVED
-            approval_add(preview, approver=approver, role=role, basis=basis, event=event)
-        else:
-            _decision_refused(preview, approver, role, error)
-    if error is not None:
-        raise error
-    return preview
-
-
 def _preview_say_no(preview: Preview, person: User, role: ApprovalRole, digest: str, note: str) -> None:
     if role == ApprovalRole.CUSTOMER:
         reason = f"The customer declined: {note}" if note else "The customer declined."
@@ -192,31 +158,64 @@ def _preview_say_no(preview: Preview, person: User, role: ApprovalRole, digest: 
     metrics.decision(preview, role=role, decision=event)
 
 
-def preview_decline(*, preview_id: Any, person: User, role: ApprovalRole, digest: str, note: str = "") -> Preview:
-    """The customer declines, or staff reject, the preview they saw."""
+class Decision(StrEnum):
+    APPROVE = "approve"
+    DECLINE = "decline"
+
+
+def preview_decide(
+    *,
+    preview_id: Any,
+    person: User,
+    role: ApprovalRole,
+    digest: str,
+    decision: Decision,
+    note: str = "",
+    basis: str = "",
+) -> Preview:
+    """The one decision path: `person`'s yes or no, in `role`, to exactly the preview they saw (its digest).
+
+    The customer role must be the preview's actor (anyone else's preview is as if it did not exist); the
+    staff role must hold the action's review permission and, to approve, have proposed no preview of its
+    chain. Raises Preview.DoesNotExist for a preview this person may not see, DecisionError (audited)
+    when the decision cannot be taken.
+    """
+    approving = decision == Decision.APPROVE
     with audited_transaction():
         owner = {"actor_id": person.pk} if role == ApprovalRole.CUSTOMER else {}
         preview = preview_lock(preview_id, **owner)
         if preview is None:
             raise Preview.DoesNotExist(f"No preview {preview_id} for {person}")
-        error = decision_error(preview, approver=person, role=role, digest=digest, approving=False)
-        if error is None:
-            _preview_say_no(preview, person, role, digest, note)
+        error = decision_error(preview, approver=person, role=role, digest=digest, approving=approving)
+        if error is None and approving:
+            error = _subject_current_error(preview, person)
+        if error is not None:
+            audit_decision_refused(preview, person, error, role=role)
+        elif approving:
+            event = AuditEvent.CONFIRMED if role == ApprovalRole.CUSTOMER else AuditEvent.APPROVED
+            approval_add(preview, approver=person, role=role, basis=basis, event=event)
         else:
-            _decision_refused(preview, person, role, error)
+            _preview_say_no(preview, person, role, digest, note)
     if error is not None:
         raise error
     return preview
 
 
+def preview_approve(*, preview_id: Any, approver: User, role: ApprovalRole, digest: str, basis: str = "") -> Preview:
+    """`preview_decide` saying yes."""
+    return preview_decide(
+        preview_id=preview_id, person=approver, role=role, digest=digest, decision=Decision.APPROVE, basis=basis
+    )
+
+
+def preview_decline(*, preview_id: Any, person: User, role: ApprovalRole, digest: str, note: str = "") -> Preview:
+    """`preview_decide` saying no: the customer declines, or staff reject."""
+    return preview_decide(
+        preview_id=preview_id, person=person, role=role, digest=digest, decision=Decision.DECLINE, note=note
+    )
+
+
 # Who may decide ------------------------------------------------------------------------------
-
-
-def may_review(person: User, preview: Preview) -> bool:
-    """Whether `person` is active staff with the review permission of the preview's action."""
-    action = registry.action(preview.action)
-    permission = action.review_permission if action else "approvals.review_preview"
-    return bool(person.is_active and person.is_staff and person.has_perm(permission))
 
 
 def _status_error(preview: Preview, role: ApprovalRole) -> DecisionError | None:
@@ -234,26 +233,17 @@ def _status_error(preview: Preview, role: ApprovalRole) -> DecisionError | None:
 
 
 def _staff_error(preview: Preview, approver: User, *, approving: bool) -> DecisionError | None:
-    """Why this staff member may not decide the preview (four eyes, permission, authorship, quorum)."""
-    if preview.actor_id == approver.pk:
-        return DecisionError(
-            "You proposed this action yourself; another staff member must review it.", code=ErrorCode.FOUR_EYES
-        )
-    if not may_review(approver, preview):
-        return DecisionError("You may not review this kind of action.", code=ErrorCode.NOT_A_REVIEWER)
-    if approving and preview.counter_author_id == approver.pk:
-        return DecisionError(
-            "You wrote this counter-proposal yourself; it counts as neither of the two eyes: "
-            "another staff member must review it.",
-            code=ErrorCode.COUNTER_AUTHOR,
-        )
-    if approving and preview.approvals.filter(role=ApprovalRole.STAFF, approver=approver).exists():
-        have, need = quorum.progress(preview)
-        return DecisionError(
-            f"You already approved this preview ({have} of {need}); it needs another staff member's approval.",
-            code=ErrorCode.ALREADY_APPROVED_BY_YOU,
-        )
-    return None
+    """Why this staff member may not decide the preview (rights, then their own earlier approval)."""
+    error = staff_right_error(preview, approver, approving=approving)
+    if error is None and approving:
+        mine = preview.approvals.filter(role=ApprovalRole.STAFF, approver=approver, lapsed_at__isnull=True)
+        if mine.exists():
+            have, need = quorum.progress(preview)
+            return DecisionError(
+                f"You already approved this preview ({have} of {need}); it needs another staff member's approval.",
+                code=ErrorCode.ALREADY_APPROVED_BY_YOU,
+            )
+    return error
 
 
 def decision_error(

@@ -9,6 +9,9 @@ preview's status is derived from it (`preview_status_for`):
        │            │  │   ╲─► effect_unknown ──┐              (needs_attention: may have been made)
        ▼            ▼  └────────────────────────┘  (the resolver looks the effect up first)
     refused_before_effect                          (failed / superseded; needs_attention if retryable)
+       ▲
+    awaiting_approval ◄── pending, in_progress     (awaiting_staff: an approval lapsed before any effect;
+                     ──► pending                    a new approval makes it pending again)
 
 One function, `execution_transition`, makes every change: it refuses a transition the table does not
 allow and an answer from an attempt that lost its lease (an older fencing token), and audits each.
@@ -57,11 +60,12 @@ from ..models import (
     PreviewStatus,
 )
 from ..publish import EXECUTE_PREVIEW, task_publish
+from ..limits import spend_limits_recheck
 from ..quorum import quorum_refusal
 from ..registry import Action, registry
 from ..rows import insert_rows, update_fields
 from ..transitions import preview_transitioned
-from .audit import audit_record, audited_transaction
+from .audit import audit_decision_refused, audit_record, audited_transaction
 from .locks import (
     execution_lock,
     execution_row_lock,
@@ -71,6 +75,7 @@ from .locks import (
     subject_lock,
 )
 from .previews import approvals_of, preview_digest
+from .rights import staff_approvals_standing
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -80,7 +85,7 @@ logger = logging.getLogger(__name__)
 Outcome = ExecutionOutcome
 
 TRANSITIONS: dict[str, frozenset[str]] = {
-    Outcome.PENDING: frozenset({Outcome.IN_PROGRESS, Outcome.REFUSED_BEFORE_EFFECT}),
+    Outcome.PENDING: frozenset({Outcome.IN_PROGRESS, Outcome.REFUSED_BEFORE_EFFECT, Outcome.AWAITING_APPROVAL}),
     Outcome.IN_PROGRESS: frozenset(
         {
             Outcome.IN_PROGRESS,  # the next attempt of the same chain, or a takeover of an expired lease
@@ -89,8 +94,11 @@ TRANSITIONS: dict[str, frozenset[str]] = {
             Outcome.REFUSED_BEFORE_EFFECT,
             Outcome.EFFECT_UNKNOWN,
             Outcome.EFFECT_UNRECORDED,
+            Outcome.AWAITING_APPROVAL,  # the checks before a first effect found an approval lapsed
         }
     ),
+    # Approved again (pending), or the preview went out of date meanwhile (a sibling executed).
+    Outcome.AWAITING_APPROVAL: frozenset({Outcome.PENDING, Outcome.REFUSED_BEFORE_EFFECT}),
     # The resolver takes it (in_progress, looking up first); a person who checked the outside world
     # may say nothing happened (pending: every check runs again before a first effect).
     Outcome.EFFECT_UNKNOWN: frozenset({Outcome.IN_PROGRESS, Outcome.PENDING}),
@@ -168,6 +176,8 @@ def preview_status_for(outcome: str, code: str = "", action_name: str = "") -> P
         return PreviewStatus.NEEDS_ATTENTION if retryable else PreviewStatus.FAILED
     if outcome == Outcome.FAILED_AFTER_CHECK:
         return PreviewStatus.FAILED
+    if outcome == Outcome.AWAITING_APPROVAL:
+        return PreviewStatus.AWAITING_STAFF
     return PreviewStatus.NEEDS_ATTENTION  # effect_unknown, effect_unrecorded
 
 
@@ -179,9 +189,18 @@ def worker_name() -> str:
 
 
 def execution_open(preview: Preview) -> None:
-    """Every approved preview gets its execution, pending until a worker takes its lease."""
+    """Every approved preview gets its execution, pending until a worker takes its lease. One that waited
+    for an approval again (an approval lapsed) is pending again, with a new deadline."""
     deadline = timezone.now() + timedelta(seconds=settings.EXECUTION_DEADLINE_SECONDS)
-    insert_rows([Execution(preview=preview, deadline=deadline)])
+    if insert_rows([Execution(preview=preview, deadline=deadline)], skip_conflicts=True):
+        return
+    execution = execution_row_lock(preview)
+    assert execution is not None, "the insert skipped a conflict with this preview's execution"
+    execution.deadline = deadline
+    update_fields(execution, ["deadline", "updated_at"])
+    preview.failure_code, preview.failure_reason = "", ""  # the lapse it waited after is mended
+    update_fields(preview, ["failure_code", "failure_reason"])
+    execution_transition(execution, preview, Outcome.PENDING, token=None, facts={"approved_again": True})
 
 
 def execution_dispatch(preview_id: Any) -> bool:
@@ -360,19 +379,20 @@ def _fenced(
     the execution moved on). Its late answer changes nothing; it is audited, with any effect it saw."""
     if token == execution.fencing_token and execution.outcome == Outcome.IN_PROGRESS:
         return False
+    _audit_fenced_off(
+        preview, execution, token, step=step, outcome=execution.outcome, effect=effect, detail=detail[:500]
+    )
+    return True
+
+
+def _audit_fenced_off(preview: Preview, execution: Execution, token: int | None, **facts: Any) -> None:
+    """The one record of a late answer from an attempt that lost its lease (or of one refused the lease
+    with a stale token): it changed nothing, and any effect it saw is kept here."""
     audit_record(
         event=AuditEvent.EXECUTION_FENCED_OFF,
         preview=preview,
-        result={
-            "step": step,
-            "fencing_token": token,
-            "current_token": execution.fencing_token,
-            "outcome": execution.outcome,
-            "effect": effect,
-            "detail": detail[:500],
-        },
+        result={"fencing_token": token, "current_token": execution.fencing_token, **facts},
     )
-    return True
 
 
 # Attempts ------------------------------------------------------------------------------------
@@ -391,8 +411,19 @@ class _Attempt:
     approvals: list[Approval] | None = None
 
 
+@dataclass(frozen=True)
+class _Refusal:
+    """Why the checks before a first effect said no, and where the execution goes: refused before any
+    effect, or back to waiting for an approval (one it rested on lapsed)."""
+
+    code: str
+    reason: str
+    facts: dict[str, Any]
+    to: str = Outcome.REFUSED_BEFORE_EFFECT
+
+
 def _approvals_refusal(preview: Preview, approvals: list[Approval]) -> str | None:
-    """Why the approvals do not cover the preview as it is (each role, and the quorum), or None."""
+    """Why the standing approvals do not cover the preview as it is (each role, and the quorum), or None."""
     by_role = {a.role: a for a in approvals}
     for role in preview.required_approvals:
         approval = by_role.get(role)
@@ -406,25 +437,40 @@ def _approvals_refusal(preview: Preview, approvals: list[Approval]) -> str | Non
     return quorum_refusal(preview, approvals)
 
 
+def _lapsed_refusal(preview: Preview, lapsed: list[Approval], missing: str) -> _Refusal:
+    why = "; ".join(a.lapsed_reason for a in lapsed)
+    names = " and ".join(f"{a.approver.get_username()}'s" for a in lapsed)
+    reason = (
+        f"{names} approval no longer counts ({why}). {missing} Nothing was done; the preview waits for "
+        "another staff member's approval."
+    )
+    facts = {"lapsed": [a.approver.get_username() for a in lapsed]}
+    return _Refusal(ErrorCode.APPROVAL_LAPSED, reason, facts, to=Outcome.AWAITING_APPROVAL)
+
+
 def _checks_refusal(
     preview: Preview, execution: Execution, action: Action, subject: Any, approvals: list[Approval]
-) -> tuple[str, str, dict[str, Any]] | None:
-    """Every check before a first effect, under the subject's lock: (code, reason, facts) or None."""
+) -> _Refusal | None:
+    """Every check before a first effect, under the subject's lock, of everything the decisions relied
+    on: the digest, each approval and its approver's right now, the session, the subject version, the
+    deadline, the action's policy and the spending limits. Returns the refusal, or None."""
     if subject is None:
-        return ErrorCode.SUBJECT_UNAVAILABLE, "What this preview is about no longer exists.", {}
+        return _Refusal(ErrorCode.SUBJECT_UNAVAILABLE, "What this preview is about no longer exists.", {})
     if preview_digest(preview) != preview.digest:
-        return ErrorCode.DIGEST_MISMATCH, "The preview does not match what was approved.", {}
-    missing = _approvals_refusal(preview, approvals)
+        return _Refusal(ErrorCode.DIGEST_MISMATCH, "The preview does not match what was approved.", {})
+    standing, lapsed = staff_approvals_standing(preview, approvals)
+    missing = _approvals_refusal(preview, standing)
     if missing is not None:
-        return ErrorCode.APPROVAL_MISSING, missing, {}
+        return _lapsed_refusal(preview, lapsed, missing) if lapsed else _Refusal(ErrorCode.APPROVAL_MISSING, missing, {})
+    approvals[:] = standing  # what the executed record names
     if getattr(preview, "agent_session_revoked", False):
-        return ErrorCode.AGENT_SESSION_REVOKED, AGENT_SESSION_REVOKED_REASON, {}
+        return _Refusal(ErrorCode.AGENT_SESSION_REVOKED, AGENT_SESSION_REVOKED_REASON, {})
     if action.subject_version(subject) != preview.subject_version:
         changed = "What this preview is about changed after it was approved; ask for a new one."
-        return ErrorCode.SUBJECT_CHANGED, changed, {}
+        return _Refusal(ErrorCode.SUBJECT_CHANGED, changed, {})
     if timezone.now() > execution.deadline:
         hours = settings.EXECUTION_DEADLINE_SECONDS // 3600
-        return (
+        return _Refusal(
             ErrorCode.EXECUTION_DEADLINE_PASSED,
             f"The approval is older than {hours} hours; a new proposal is needed before anything is done.",
             {},
@@ -432,8 +478,17 @@ def _checks_refusal(
     try:
         action.revalidate(preview=preview, subject=subject)
     except PolicyRefusal as refusal:
-        return refusal.code, refusal.message, {"error": refusal.as_dict()}
+        return _Refusal(refusal.code, refusal.message, {"error": refusal.as_dict()})
+    over_limit = spend_limits_recheck(preview=preview, action=action)
+    if over_limit is not None:
+        return _Refusal(over_limit.code, over_limit.message, {"error": over_limit.as_dict()})
     return None
+
+
+def _refuse(execution: Execution, preview: Preview, refusal: _Refusal, token: int | None) -> None:
+    execution_transition(
+        execution, preview, refusal.to, token=token, code=refusal.code, detail=refusal.reason, facts=refusal.facts
+    )
 
 
 def _check_and_reserve(preview: Preview, execution: Execution, action: Action, token: int) -> Any | None:
@@ -443,10 +498,7 @@ def _check_and_reserve(preview: Preview, execution: Execution, action: Action, t
     subject = subject_lock(action, preview)
     refusal = _checks_refusal(preview, execution, action, subject, approvals_of(preview))
     if refusal is not None:
-        code, reason, facts = refusal
-        execution_transition(
-            execution, preview, Outcome.REFUSED_BEFORE_EFFECT, token=token, code=code, detail=reason, facts=facts
-        )
+        _refuse(execution, preview, refusal, token)
         return None
     execution.effect_possible = True
     update_fields(execution, ["effect_possible", "updated_at"])
@@ -469,16 +521,7 @@ def _lease_refusal(execution: Execution, presented: int | None, now: Any) -> str
 def _lease_refused(preview: Preview, execution: Execution, presented: int | None, refusal: str) -> None:
     """An attempt that may not take the lease does nothing; one carrying a stale token is audited."""
     if presented is not None and presented != execution.fencing_token:
-        audit_record(
-            event=AuditEvent.EXECUTION_FENCED_OFF,
-            preview=preview,
-            result={
-                "fencing_token": presented,
-                "current_token": execution.fencing_token,
-                "attempt": execution.attempt,
-                "reason": refusal,
-            },
-        )
+        _audit_fenced_off(preview, execution, presented, attempt=execution.attempt, reason=refusal)
 
 
 def _unknown_action_end(preview: Preview, execution: Execution, worker: str) -> None:
@@ -517,12 +560,9 @@ def _attempt_begin(preview_id: Any, *, presented: int | None, worker: str) -> _A
         if not look_up_first and known_effect is None:
             # Nothing can have happened yet: every check runs before the lease is taken.
             subject, approvals = subject_lock(action, preview), approvals_of(preview)
-            refusal_facts = _checks_refusal(preview, execution, action, subject, approvals)
-            if refusal_facts is not None:
-                code, reason, facts = refusal_facts
-                execution_transition(
-                    execution, preview, Outcome.REFUSED_BEFORE_EFFECT, token=None, code=code, detail=reason, facts=facts
-                )
+            checks = _checks_refusal(preview, execution, action, subject, approvals)
+            if checks is not None:
+                _refuse(execution, preview, checks, None)
                 return None
             execution.effect_possible = True  # from here on the effect may be underway: it counts as in flight
         execution_transition(
@@ -570,10 +610,20 @@ def _effect_record(attempt: _Attempt, preview: Preview, execution: Execution, ma
         token=attempt.token,
         effect=made,
         result=result,
-        approval_basis={a.role: {"approver": a.approver_id, "digest": a.digest, "basis": a.basis} for a in approvals},
+        approval_basis=approvals_named(approvals),
     )
     _supersede_siblings(preview, action, subject)
     return approvals
+
+
+def approvals_named(approvals: list[Approval]) -> dict[str, list[dict[str, Any]]]:
+    """Every standing approval an execution rested on, by role (a quorum names each of its approvers)."""
+    named: dict[str, list[dict[str, Any]]] = {}
+    for approval in sorted(approvals, key=lambda a: a.created_at):
+        if approval.lapsed_at is None:
+            entry = {"approver": approval.approver_id, "digest": approval.digest, "basis": approval.basis}
+            named.setdefault(approval.role, []).append(entry)
+    return named
 
 
 def _attempt_finish(attempt: _Attempt, effect: dict[str, Any] | None) -> Preview:
@@ -873,12 +923,7 @@ def execution_retry(*, preview_id: Any, staff: User, nothing_happened: bool = Fa
             assert execution is not None, "_retry_refusal refuses a missing execution"
             _retry_go_on(preview, execution, staff, nothing_happened=nothing_happened)
         else:
-            audit_record(
-                event=AuditEvent.DECISION_REFUSED,
-                preview=preview,
-                actor=staff,
-                result={"error": error.as_dict(), "operation": "retry"},
-            )
+            audit_decision_refused(preview, staff, error, operation="retry")
     if error is not None:
         raise error
     return preview

@@ -12,7 +12,11 @@ deadlocking:
 5. the subject, the order or invoice (`subject_lock`, through the action);
 6. the subject's other open previews (`sibling_previews_lock`) and their executions
    (`executions_lock`): taken after the subject, against the order, so previews locked elsewhere
-   are skipped (SKIP LOCKED) rather than waited for.
+   are skipped (SKIP LOCKED) rather than waited for;
+7. approvals (approvals.services.rights marks a lapsed one), only under their preview's lock.
+
+The execution gate reads the spending limits again without locking the session or the person (that
+would take 1 and 2 after 3): their rows are locked only by admissions, which keep the limits.
 
 Audit records are plain inserts and lock nothing that another transaction waits for.
 Call these within the caller's transaction: the locks are held until it ends.
@@ -117,7 +121,8 @@ def _sibling_ids_sql(*, lock: bool) -> str:
         f"SELECT id FROM {table} WHERE subject_type = %s AND subject_id = %s AND status IN ({statuses}) "
         "AND id <> %s AND subject_version <> %s "
         # One whose execution started may have moved money: it completes.
-        f"AND NOT EXISTS (SELECT 1 FROM {executions} e WHERE e.preview_id = {table}.id AND e.outcome <> %s) "
+        f"AND NOT EXISTS (SELECT 1 FROM {executions} e WHERE e.preview_id = {table}.id "
+        "AND e.outcome NOT IN (%s, %s)) "
         "ORDER BY id"
     )
     return sql + f" FOR UPDATE OF {table} SKIP LOCKED" if lock else sql
@@ -139,6 +144,7 @@ def sibling_previews_lock(preview: Preview, *, new_version: int) -> list[Any]:
         pk.get_db_prep_value(preview.pk, connection),
         new_version,
         ExecutionOutcome.PENDING.value,
+        ExecutionOutcome.AWAITING_APPROVAL.value,  # it waits for an approval again: nothing was done
     ]
     with statement_cursor() as cursor:
         cursor.execute(_sibling_ids_sql(lock=connection.features.has_select_for_update_skip_locked), params)

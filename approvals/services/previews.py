@@ -4,7 +4,7 @@ approvals put it in, a status change with its reason, and its approvals as the e
 from __future__ import annotations
 
 from ..digests import digest_of
-from ..models import Approval, Preview, PreviewStatus
+from ..models import Approval, Preview, PreviewOrigin, PreviewStatus
 from ..rows import fetch_all, update_fields
 from ..transitions import preview_transitioned
 
@@ -26,10 +26,19 @@ def preview_digest(preview: Preview) -> str:
             "expires_at": preview.expires_at.isoformat(),
             # Only when set, so that the digests of earlier previews stay what they were.
             **({"staff_approvals_needed": n} if (n := preview.staff_approvals_needed) != 1 else {}),
-            **({"counter_author": preview.counter_author_id} if preview.counter_author_id else {}),
+            **_proposer_facts(preview),
             **({"supersedes": str(preview.supersedes_id)} if preview.supersedes_id else {}),
         }
     )
+
+
+def _proposer_facts(preview: Preview) -> dict[str, object]:
+    """Who proposed it, when that is staff (under the keys earlier previews' digests were made with)."""
+    if preview.origin == PreviewOrigin.COUNTER_PROPOSAL:
+        return {"counter_author": preview.proposed_by_id}
+    if preview.origin == PreviewOrigin.AGENT:
+        return {}
+    return {"origin": preview.origin, "proposed_by": preview.proposed_by_id}
 
 
 def status_awaiting(required: list[str], approved_roles: set[str]) -> PreviewStatus:

@@ -1,5 +1,9 @@
-"""Proposals: an agent's tool call checked against trusted data and recorded as an immutable preview, or
-refused; the same pending proposal again answered with its preview; an Idempotency-Key answered once and
+"""Proposals: the one admission path. Every way a preview comes to exist (an agent's tool call over REST
+or MCP, a reviewer's counter-proposal, a staff re-proposal, any later channel) goes through
+`proposal_admit`, which runs in one order: the proposer's identity and right, the action's policy
+against trusted data, the spending limits, the quorum plan, and the preview recorded with who proposed
+it (`proposed_by`, `origin`, its chain); a standing grant then counts only if its approver may approve.
+The same pending proposal again is answered with its preview; an Idempotency-Key is answered once and
 replayed after. Calls refused before the policy (malformed, unknown or forbidden) are audited here too.
 """
 
@@ -11,20 +15,29 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.db import IntegrityError
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from .. import metrics, quorum
 from ..digests import digest_of
 from ..errors import ApplicationError, ErrorCode, PolicyRefusal
 from ..limits import spend_limits_check
-from ..models import OPEN_STATUSES, AgentSession, ApprovalRole, AuditEvent, IdempotencyRecord, Preview
+from ..models import (
+    OPEN_STATUSES,
+    AgentSession,
+    ApprovalRole,
+    AuditEvent,
+    IdempotencyRecord,
+    Preview,
+    PreviewOrigin,
+)
 from ..registry import Action, Proposal
 from ..rows import fetch_one, insert_rows, update_fields
 from ..transitions import preview_transitioned
 from .audit import audit_record, audited_transaction, with_call_id
 from .decisions import approval_add, preview_expire_if_due
 from .previews import preview_digest, status_awaiting
+from .rights import may_review_action, staff_right_error
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -105,7 +118,8 @@ def preview_build(
     *, action_name: str, actor: User, agent_session: AgentSession | None, proposal: Proposal, **extra: Any
 ) -> Preview:
     """The unsaved preview of an accepted proposal: its approvals (with the quorum), status, expiry and
-    digest. `extra` carries fields of a particular origin (a counter-proposal's author)."""
+    digest. `extra` carries who proposed it and its chain (`proposed_by`, `origin`, `chain_root`,
+    `supersedes`)."""
     required, staff_needed = quorum.apply_quorum(
         action=action_name,
         currency=proposal.currency,
@@ -145,34 +159,62 @@ class _Call:
     action: Action
     raw_arguments: str
     call_id: str | None
+    origin: PreviewOrigin
+    proposed_by: User
+    replaces: Preview | None
+
+    def facts(self, result: dict[str, Any]) -> dict[str, Any]:
+        """The audit's result with the call's origin (and, for staff, the proposer) and call id."""
+        if self.origin != PreviewOrigin.AGENT:
+            result = {**result, "origin": self.origin, "proposed_by": self.proposed_by.get_username()}
+            if self.replaces is not None:
+                result["replaces_preview"] = str(self.replaces.pk)
+        return with_call_id(result, self.call_id)
 
 
-def _refused(
-    call: _Call, refusal: PolicyRefusal, *, subject_type: str, subject_id: str, result: dict
-) -> ProposalOutcome:
+def _refused(call: _Call, refusal: PolicyRefusal, *, subject_type: str, subject_id: str) -> ProposalOutcome:
     audit_record(
         event=AuditEvent.PROPOSAL_REFUSED,
-        actor=call.actor,
+        actor=call.proposed_by,
         agent_session=call.agent_session,
         action=call.action.name,
         subject_type=subject_type,
         subject_id=subject_id,
         raw_arguments=call.raw_arguments,
-        result=result,
+        result=call.facts({"error": refusal.as_dict()}),
     )
     metrics.proposal_refused(call.action.name, refusal.code)
     return ProposalOutcome(kind="refused", refusal=refusal)
 
 
+def _identity_refusal(call: _Call) -> PolicyRefusal | None:
+    """Whether the one proposing may propose this for this person now: an agent's session still valid
+    (a staff proposal keeps the session it continues, only to tell its agent), a staff proposer active
+    with the action's review permission, an active person to act for."""
+    session = call.agent_session if call.origin == PreviewOrigin.AGENT else None
+    if session is not None and (session.revoked_at is not None or session.expires_at <= timezone.now()):
+        return PolicyRefusal("This agent session has ended; nothing was proposed.", code=ErrorCode.AGENT_SESSION_REVOKED)
+    if not call.actor.is_active:
+        return PolicyRefusal("This person's account is not active; nothing was proposed.", code=ErrorCode.USER_INACTIVE)
+    if call.origin != PreviewOrigin.AGENT and not may_review_action(call.proposed_by, call.action):
+        return PolicyRefusal(
+            "You may not propose this kind of action: it needs its reviewers' permission.",
+            code=ErrorCode.NOT_A_REVIEWER,
+        )
+    return None
+
+
 def _over_limit(call: _Call, proposal: Proposal) -> PolicyRefusal | None:
     """A spending limit this proposal would pass (approvals.limits, under row locks held until this
-    transaction commits). The same pending proposal again is answered with its preview, counted already."""
+    transaction commits); the preview it replaces no longer counts. The same pending proposal again is
+    answered with its preview, counted already."""
     over_limit = spend_limits_check(
         agent_session=call.agent_session,
         actor=call.actor,
         action=call.action,
         amount_minor=proposal.amount_minor,
         currency=proposal.currency,
+        excluding=call.replaces.pk if call.replaces is not None else None,
     )
     if over_limit is None:
         return None
@@ -186,10 +228,10 @@ def _created(call: _Call, preview: Preview) -> ProposalOutcome:
     audit_record(
         event=AuditEvent.PROPOSED,
         preview=preview,
-        actor=call.actor,
+        actor=call.proposed_by,
         agent_session=call.agent_session,
         raw_arguments=call.raw_arguments,
-        result=with_call_id({"status": preview.status, "digest": preview.digest}, call.call_id),
+        result=call.facts({"status": preview.status, "digest": preview.digest}),
     )
     metrics.proposal_created(preview)
     preview_transitioned(preview, "")
@@ -201,53 +243,100 @@ def _repeated(call: _Call, existing: Preview) -> ProposalOutcome:
     audit_record(
         event=AuditEvent.PROPOSAL_REPEATED,
         preview=existing,
-        actor=call.actor,
+        actor=call.proposed_by,
         agent_session=call.agent_session,
         raw_arguments=call.raw_arguments,
-        result=with_call_id({"status": existing.status}, call.call_id),
+        result=call.facts({"status": existing.status}),
     )
     metrics.proposal_repeated(existing)
     return ProposalOutcome(kind="repeated", preview=existing)
 
 
-@audited_transaction(savepoint=False)  # within idempotent_call's transaction, no savepoint of its own
-def proposal_submit(
+def _chain_fields(call: _Call) -> dict[str, Any]:
+    fields: dict[str, Any] = {"origin": call.origin, "proposed_by": call.proposed_by}
+    if call.replaces is not None:
+        fields["chain_root_id"] = call.replaces.chain_id
+        if call.origin == PreviewOrigin.COUNTER_PROPOSAL:
+            fields["supersedes"] = call.replaces
+    return fields
+
+
+@audited_transaction(savepoint=False)  # within the caller's transaction (idempotent_call's, a counter-proposal's)
+def proposal_admit(
     *,
-    agent_session: AgentSession | None,
     action: Action,
     arguments: dict[str, Any],
     raw_arguments: str,
-    actor: User | None = None,
+    origin: PreviewOrigin,
+    actor: User,
+    agent_session: AgentSession | None = None,
+    proposed_by: User | None = None,
+    replaces: Preview | None = None,
     call_id: str | None = None,
+    accept: Callable[[Proposal], None] | None = None,
 ) -> ProposalOutcome:
-    """Check the proposal against trusted data and record an immutable preview, or refuse it.
+    """The one admission path: check who proposes, the action's policy against trusted data, the
+    spending limits and the quorum, and record an immutable preview, or refuse (audited either way).
 
-    An agent proposes as its session's person. Without a session, staff propose for `actor` (a new
-    refund after the bank failed one); the caller audits who they are, and `actor` still confirms."""
-    actor = agent_session.user if agent_session is not None else actor
-    assert actor is not None, "a proposal without an agent session names its actor"
-    call = _Call(agent_session, actor, action, raw_arguments, call_id)
+    `actor` is the person the action is for (the customer who confirms); `proposed_by` who proposes it
+    (the agent session's person, or the staff member of a counter- or re-proposal); `replaces` the
+    preview this one continues (the one a counter-proposal supersedes, or the failed one re-proposed).
+    `accept` may refuse an accepted proposal with PolicyRefusal before anything is recorded (a
+    counter-proposal that changes nothing).
+    """
+    call = _Call(agent_session, actor, action, raw_arguments, call_id, origin, proposed_by or actor, replaces)
+    subject_id = str(arguments.get(action.subject_argument, ""))[:64]
+    refusal = _identity_refusal(call)
+    if refusal is not None:
+        return _refused(call, refusal, subject_type="", subject_id=subject_id)
     try:
         proposal = action.propose(actor=actor, arguments=arguments)
+        if accept is not None:
+            accept(proposal)
     except PolicyRefusal as refusal:
-        subject_id = str(arguments.get(action.subject_argument, ""))[:64]
-        result = with_call_id({"error": refusal.as_dict()}, call_id)
-        return _refused(call, refusal, subject_type="", subject_id=subject_id, result=result)
+        return _refused(call, refusal, subject_type="", subject_id=subject_id)
     over_limit = _over_limit(call, proposal)
     if over_limit is not None:
-        result = {"error": over_limit.as_dict()}
-        return _refused(
-            call, over_limit, subject_type=proposal.subject_type, subject_id=proposal.subject_id, result=result
-        )
-    preview = preview_build(action_name=action.name, actor=actor, agent_session=agent_session, proposal=proposal)
+        return _refused(call, over_limit, subject_type=proposal.subject_type, subject_id=proposal.subject_id)
+    preview = preview_build(
+        action_name=action.name, actor=actor, agent_session=agent_session, proposal=proposal, **_chain_fields(call)
+    )
     existing = preview_insert_or_twin(preview)
     return _created(call, preview) if existing is None else _repeated(call, existing)
 
 
+def proposal_submit(
+    *,
+    agent_session: AgentSession,
+    action: Action,
+    arguments: dict[str, Any],
+    raw_arguments: str,
+    call_id: str | None = None,
+) -> ProposalOutcome:
+    """An agent's tool call (REST or MCP), admitted as its session's person."""
+    return proposal_admit(
+        action=action,
+        arguments=arguments,
+        raw_arguments=raw_arguments,
+        origin=PreviewOrigin.AGENT,
+        actor=agent_session.user,
+        agent_session=agent_session,
+        call_id=call_id,
+    )
+
+
 def _apply_standing_grant(preview: Preview, action: Action) -> None:
-    """An approval given in advance for exactly this preview counts as that role's approval."""
-    grant = action.claim_standing_grant(preview)
-    if grant is not None:
+    """An approval given in advance for exactly this preview counts as that role's approval, when its
+    approver may approve this preview now (not its proposer, still a reviewer); else it stays unused."""
+    if type(action).claim_standing_grant is Action.claim_standing_grant:
+        return  # the action keeps no grants
+    with transaction.atomic():  # a savepoint: a grant that may not count is given back
+        grant = action.claim_standing_grant(preview)
+        if grant is None:
+            return
+        if grant.role == ApprovalRole.STAFF and staff_right_error(preview, grant.approver, approving=True):
+            transaction.set_rollback(True)
+            return
         approval_add(preview, approver=grant.approver, role=grant.role, basis=grant.basis, event=AuditEvent.APPROVED)
 
 

@@ -116,8 +116,11 @@ def record_sentence(record: Any) -> str:
         error = {}
     if event == AuditEvent.PROPOSED:
         waits = str(result.get("status", "")).replace("_", " ")
-        if result.get("counter_proposal_of"):
-            return f"{who} made a counter-proposal replacing {result['counter_proposal_of']}; it waits: {waits}."
+        replaced = result.get("replaces_preview") or result.get("counter_proposal_of")
+        if result.get("origin") == "staff_reproposal":
+            return f"{who} proposed it again in place of {replaced}, which the bank failed; it waits: {waits}."
+        if replaced:
+            return f"{who} made a counter-proposal replacing {replaced}; it waits: {waits}."
         return f"{who}{agent} proposed it; it waits: {waits}."
     if event == AuditEvent.PROPOSAL_REFUSED:
         return f"{who}{agent} proposed something the policy refused: {error.get('message', '')}"
@@ -154,7 +157,10 @@ def record_sentence(record: Any) -> str:
         taken = f", taking it over from {result['previous']}" if result.get("previous") else ""
         return f"{who} claimed it{taken}."
     if event == AuditEvent.REVIEW_RELEASED:
-        return f"{who} gave it back to the queue."
+        holder = result.get("was_claimed_by")
+        return f"{who} gave it back to the queue{f' (claimed by {holder})' if holder else ''}."
+    if event == AuditEvent.APPROVAL_LAPSED:
+        return f"{result.get('approver')}'s approval no longer counts: {result.get('reason', '')}."
     if event == AuditEvent.REVIEWERS_NOTIFIED:
         return f"Reviewers were told it waits (by {' and '.join(result.get('channels', []))})."
     if event == AuditEvent.REVIEW_ESCALATED:

@@ -264,8 +264,10 @@ def test_preview_status_of_own_preview(alice_agent, o12):
         "required_approvals",
         "confirm_url",
         "executed",
+        "origin",
         "outcome",
     }
+    assert body["preview"]["origin"] == "agent" and "proposed_by" not in body["preview"]
     assert body["outcome"] is None and body["preview"]["outcome"] is None  # not approved: no execution yet
     assert body["preview"]["required_approvals"] == ["customer"]
     assert body["preview"]["confirm_url"] == f"http://testserver/previews/{proposed['preview']['id']}/"

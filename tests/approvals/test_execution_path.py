@@ -43,7 +43,7 @@ def test_the_order_and_the_approvals_are_read_once_per_locked_step(
     executed = AuditRecord.objects.get(preview=preview, event="executed")
     approval = preview.approvals.get()
     assert executed.approval_basis == {
-        "customer": {"approver": alice.pk, "digest": preview.digest, "basis": approval.basis}
+        "customer": [{"approver": alice.pk, "digest": preview.digest, "basis": approval.basis}]
     }
     assert LocalGatewayRefund.objects.get().payment_ref == o12.payment_ref
 
@@ -83,7 +83,7 @@ def test_a_resumed_execution_reads_the_order_and_the_approvals_itself(
     assert Refund.objects.get().preview_id == preview.pk
     executed = AuditRecord.objects.get(preview=preview, event="executed")
     assert set(executed.approval_basis) == {"customer"}
-    assert executed.approval_basis["customer"]["approver"] == alice.pk
+    assert executed.approval_basis["customer"][0]["approver"] == alice.pk
     # The second attempt looked the refund up, found none, checked everything again and paid.
     assert events(preview) == ["proposed", "confirmed", "execution_started", "execution_started", "executed"]
     assert Order.objects.get(pk=o12.pk).refunded_minor == 500

@@ -346,7 +346,7 @@ def test_above_threshold_needs_staff_after_the_customer_and_then_executes(
     assert approved.approval_basis["role"] == "staff"
     executed = AuditRecord.objects.get(preview=preview, event="executed")
     assert set(executed.approval_basis) == {"customer", "staff"}
-    assert executed.approval_basis["staff"]["approver"] == staff.pk
+    assert executed.approval_basis["staff"] == [{"approver": staff.pk, "digest": preview.digest, "basis": ""}]
 
 
 def test_a_staff_approval_needs_the_review_permission_in_the_service_too(alice, o12, settings):

@@ -2,6 +2,7 @@
 assignment, approve-and-next, the new columns and search."""
 
 import pytest
+from django.contrib.auth.models import Permission
 
 from approvals.models import Approval, AuditEvent, AuditRecord, Preview, PreviewStatus, ReviewClaim
 from refunds.models import Refund
@@ -131,7 +132,10 @@ def test_claim_assign_take_over_and_release(awaiting_staff, reviewer, second_rev
     ron = logged_in(second_reviewer)
     response = ron.post(url, {"operation": "claim"})
     assert response.status_code == 409 and "rita is already working on this preview" in response.content.decode()
-    # ...but may take it over, which is audited.
+    # ...nor take it over, unless a lead (who agreed with rita); that is audited.
+    response = ron.post(url, {"operation": "take_over"})
+    assert response.status_code == 409 and "only they or a lead" in response.content.decode()
+    second_reviewer.user_permissions.add(Permission.objects.get(codename="manage_review_claims"))
     assert ron.post(url, {"operation": "take_over"}).status_code == 302
     assert ReviewClaim.objects.get(preview=awaiting_staff).claimed_by == second_reviewer
     taken = AuditRecord.objects.filter(event=AuditEvent.REVIEW_CLAIMED).last()

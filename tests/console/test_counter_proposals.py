@@ -36,13 +36,14 @@ def test_a_reviewer_lowers_the_amount_and_the_customer_is_asked_again(
     assert new.payload["reason"] == old.payload["reason"]
     assert new.actor_id == old.actor_id  # still the customer's refund
     assert new.agent_session_id == old.agent_session_id  # the agent session is kept
-    assert new.counter_author_id == reviewer.pk  # the reviewer is the author
+    assert (new.origin, new.proposed_by_id) == ("counter_proposal", reviewer.pk)  # the reviewer proposed it
     assert new.status == PreviewStatus.AWAITING_CUSTOMER  # the customer is asked again
     assert new.required_approvals == ["customer"]  # €80 is under the threshold: the same policy decides
 
     proposed_record = AuditRecord.objects.get(preview=new, event=AuditEvent.PROPOSED)
     assert proposed_record.actor_id == reviewer.pk
-    assert proposed_record.result["counter_proposal_of"] == str(old.pk)
+    assert proposed_record.result["replaces_preview"] == str(old.pk)
+    assert proposed_record.result["origin"] == "counter_proposal"
     assert proposed_record.result["changes"] == {"amount": "80.00"}
     counter = AuditRecord.objects.get(preview=old, event=AuditEvent.COUNTER_PROPOSED)
     assert counter.result["new_preview"] == str(new.pk)
