@@ -81,8 +81,8 @@ def _counter_admit(old: Preview, reviewer: User, values: dict[str, str]) -> tupl
         accept=changes_something,
     )
     if outcome.refusal is not None:
-        refusal = outcome.refusal
-        return None, DecisionError(refusal.message, code=refusal.code, **refusal.facts)
+        refused = outcome.refusal
+        return None, DecisionError(refused.message, code=refused.code, **refused.facts)
     assert outcome.preview is not None, "an admitted proposal has its preview"
     if outcome.kind == "repeated":
         return None, DecisionError(

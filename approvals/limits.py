@@ -15,10 +15,10 @@ not, nor those whose effect the outside world undid later (`Action.spending_reve
 that failed at the bank).
 
 The check runs inside the proposal's transaction (every origin's: approvals.services.proposals), after
-the action's policy and before the preview is inserted, holding a row lock on the agent session and on the customer (SELECT ... FOR NO KEY
-UPDATE, which the preview's own foreign-key checks do not wait for): two proposals of one session or
-for one customer are counted one after the other, so concurrent proposals cannot race past a limit.
-On SQLite the transaction's write lock (IMMEDIATE) serialises them.
+the action's policy and before the preview is inserted, holding a row lock on the agent session and on
+the customer (SELECT ... FOR NO KEY UPDATE, which the preview's own foreign-key checks do not wait
+for): two proposals of one session or for one customer are counted one after the other, so concurrent
+proposals cannot race past a limit. On SQLite the transaction's write lock (IMMEDIATE) serialises them.
 
 The execution gate asks again (`spend_limits_recheck`), reading without locks: the previews were
 admitted one after the other under the locks above, so this only catches a limit lowered since, and

@@ -28,7 +28,7 @@ def preview_representation(preview: Preview, *, base_url: str) -> dict[str, Any]
         data["confirm_url"] = base_url.rstrip("/") + confirm_path(preview)
     data["executed"] = preview.executed
     data["origin"] = preview.origin
-    if preview.proposed_by_staff and preview.proposed_by_id is not None:
+    if preview.proposed_by_staff and preview.proposed_by is not None:
         data["proposed_by"] = preview.proposed_by.get_username()
     data["outcome"] = preview_outcome(preview)
     if preview.status == PreviewStatus.EXECUTED:

@@ -100,9 +100,7 @@ def never_counts(preview: Any) -> set[Any]:
     return {pk for pk in (preview.actor_id, preview.proposed_by_id) if pk is not None}
 
 
-def counting_staff_approvers(
-    preview: Any, approvals: Iterable[Any], *, excluded: set[Any] | None = None
-) -> set[Any]:
+def counting_staff_approvers(preview: Any, approvals: Iterable[Any], *, excluded: set[Any] | None = None) -> set[Any]:
     """The distinct staff approvers who count, from the preview's approvals (lapsed ones never do)."""
     excluded = never_counts(preview) if excluded is None else excluded
     return {

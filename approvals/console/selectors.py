@@ -189,7 +189,9 @@ def review_queue(*, user: User, filters: QueueFilters, page_number: Any = 1) -> 
             total_all, total_all_at_least = scoped.count(), False
         total = total_all
     listed = scoped if filters.state == ALL_STATES else scoped.filter(status=filters.state)
-    listed = listed.select_related("actor", "agent_session", "proposed_by", "claim__claimed_by").order_by("created_at", "pk")
+    listed = listed.select_related("actor", "agent_session", "proposed_by", "claim__claimed_by").order_by(
+        "created_at", "pk"
+    )
     paginator = Paginator(listed, QUEUE_PAGE_SIZE)
     paginator.count = total  # known from the counts per state: no second COUNT over the queue
     page = paginator.get_page(page_number)

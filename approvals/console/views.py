@@ -106,7 +106,9 @@ def _detail(request: AuthenticatedHttpRequest, preview: Preview, *, status: int 
         "preview": preview,
         "can_decide": can_decide,
         "i_approved": can_decide and preview.approvals.filter(role=ApprovalRole.STAFF, approver=request.user).exists(),
-        "my_counter": can_decide and preview.origin == PreviewOrigin.COUNTER_PROPOSAL and preview.proposed_by_id == request.user.pk,
+        "my_counter": can_decide
+        and preview.origin == PreviewOrigin.COUNTER_PROPOSAL
+        and preview.proposed_by_id == request.user.pk,
         "counter_form": extra.pop("counter_form", None)
         or CounterProposalForm(initial={"digest": preview.digest}, counter_fields=review.counter_fields),
         "reviewers": selectors.assignable_reviewers(preview=preview) if can_decide else [],

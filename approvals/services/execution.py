@@ -50,6 +50,7 @@ from ..errors import (
     PolicyRefusal,
     TransientExecutionError,
 )
+from ..limits import spend_limits_recheck
 from ..models import (
     OPEN_STATUSES,
     Approval,
@@ -60,7 +61,6 @@ from ..models import (
     PreviewStatus,
 )
 from ..publish import EXECUTE_PREVIEW, task_publish
-from ..limits import spend_limits_recheck
 from ..quorum import quorum_refusal
 from ..registry import Action, registry
 from ..rows import insert_rows, update_fields
@@ -461,7 +461,9 @@ def _checks_refusal(
     standing, lapsed = staff_approvals_standing(preview, approvals)
     missing = _approvals_refusal(preview, standing)
     if missing is not None:
-        return _lapsed_refusal(preview, lapsed, missing) if lapsed else _Refusal(ErrorCode.APPROVAL_MISSING, missing, {})
+        return (
+            _lapsed_refusal(preview, lapsed, missing) if lapsed else _Refusal(ErrorCode.APPROVAL_MISSING, missing, {})
+        )
     approvals[:] = standing  # what the executed record names
     if getattr(preview, "agent_session_revoked", False):
         return _Refusal(ErrorCode.AGENT_SESSION_REVOKED, AGENT_SESSION_REVOKED_REASON, {})

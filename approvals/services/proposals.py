@@ -193,7 +193,9 @@ def _identity_refusal(call: _Call) -> PolicyRefusal | None:
     with the action's review permission, an active person to act for."""
     session = call.agent_session if call.origin == PreviewOrigin.AGENT else None
     if session is not None and (session.revoked_at is not None or session.expires_at <= timezone.now()):
-        return PolicyRefusal("This agent session has ended; nothing was proposed.", code=ErrorCode.AGENT_SESSION_REVOKED)
+        return PolicyRefusal(
+            "This agent session has ended; nothing was proposed.", code=ErrorCode.AGENT_SESSION_REVOKED
+        )
     if not call.actor.is_active:
         return PolicyRefusal("This person's account is not active; nothing was proposed.", code=ErrorCode.USER_INACTIVE)
     if call.origin != PreviewOrigin.AGENT and not may_review_action(call.proposed_by, call.action):
@@ -286,9 +288,9 @@ def proposal_admit(
     """
     call = _Call(agent_session, actor, action, raw_arguments, call_id, origin, proposed_by or actor, replaces)
     subject_id = str(arguments.get(action.subject_argument, ""))[:64]
-    refusal = _identity_refusal(call)
-    if refusal is not None:
-        return _refused(call, refusal, subject_type="", subject_id=subject_id)
+    not_allowed = _identity_refusal(call)
+    if not_allowed is not None:
+        return _refused(call, not_allowed, subject_type="", subject_id=subject_id)
     try:
         proposal = action.propose(actor=actor, arguments=arguments)
         if accept is not None:

@@ -23,7 +23,7 @@ from ..rows import update_fields
 from .audit import audit_record
 
 if TYPE_CHECKING:
-    from django.contrib.auth.models import AbstractBaseUser, User
+    from django.contrib.auth.models import User
 
 #: The engine's permission to release or take over another reviewer's claim (a lead's).
 MANAGE_CLAIMS_PERMISSION = "approvals.manage_review_claims"
@@ -34,18 +34,18 @@ def review_permission_of(action_name: str) -> str:
     return action.review_permission if action else "approvals.review_preview"
 
 
-def may_review_action(person: AbstractBaseUser, action: Action | None) -> bool:
+def may_review_action(person: User, action: Action | None) -> bool:
     """Whether `person` is active staff with the review permission of this kind of action."""
     permission = action.review_permission if action else "approvals.review_preview"
     return bool(person.is_active and getattr(person, "is_staff", False) and person.has_perm(permission))
 
 
-def may_review(person: AbstractBaseUser, preview: Preview) -> bool:
+def may_review(person: User, preview: Preview) -> bool:
     """Whether `person` is active staff with the review permission of the preview's action."""
     return may_review_action(person, registry.action(preview.action))
 
 
-def may_manage_claims(person: AbstractBaseUser) -> bool:
+def may_manage_claims(person: User) -> bool:
     return bool(person.is_active and person.has_perm(MANAGE_CLAIMS_PERMISSION))
 
 
@@ -60,7 +60,7 @@ def proposer_chain(preview: Preview) -> set[Any]:
 
 
 def staff_right_error(
-    preview: Preview, person: AbstractBaseUser, *, approving: bool, chain: set[Any] | None = None
+    preview: Preview, person: User, *, approving: bool, chain: set[Any] | None = None
 ) -> DecisionError | None:
     """Why this staff member may not decide the preview now (four eyes across its chain, the review
     permission), or None. Rejecting needs the permission and not to be the actor; approving also not

@@ -252,9 +252,7 @@ def test_only_the_claimer_or_a_lead_releases_a_claim(awaiting_staff, reviewer, s
         preview_release(preview=awaiting_staff, reviewer=second_reviewer)
     assert refused.value.code == "claimed_by_another"
     assert ReviewClaim.objects.get(preview=awaiting_staff).claimed_by_id == reviewer.pk
-    response = logged_in(second_reviewer).post(
-        f"/console/previews/{awaiting_staff.pk}/claim", {"operation": "release"}
-    )
+    response = logged_in(second_reviewer).post(f"/console/previews/{awaiting_staff.pk}/claim", {"operation": "release"})
     assert ReviewClaim.objects.filter(preview=awaiting_staff).exists(), response
 
     lead = make_reviewer("lena")

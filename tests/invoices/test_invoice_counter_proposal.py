@@ -33,7 +33,9 @@ def test_the_unknown_recipient_is_flagged_and_replaced_by_a_known_contact(
     new = Preview.objects.get(supersedes=preview)
     assert response.status_code == 302
     assert new.payload["recipient"] == "billing@example.test"
-    assert new.status == PreviewStatus.AWAITING_STAFF and new.proposed_by_id == ivy.pk and new.origin == "counter_proposal"
+    assert (
+        new.status == PreviewStatus.AWAITING_STAFF and new.proposed_by_id == ivy.pk and new.origin == "counter_proposal"
+    )
     preview.refresh_from_db()
     assert preview.status == PreviewStatus.SUPERSEDED
 
