@@ -21,7 +21,8 @@ from approvals.services import (
     preview_status_for,
     previews_expire_stale,
 )
-from approvals.services import execution as executions
+from approvals.services.execution import attempt as executions
+from approvals.services.execution import sweeps
 from refunds.models import LocalGatewayRefund, Order, Refund
 from tests.approvals.test_preview_execute import approve_held, make_preview
 from tests.conftest import events
@@ -133,11 +134,11 @@ def test_every_transition_is_audited_with_its_attempt_and_token(
 def test_a_held_lease_turns_away_a_duplicate_delivery(alice, o12, alice_agent, django_capture_on_commit_callbacks):
     preview = make_preview(alice_agent)
     approve_held(preview, alice, django_capture_on_commit_callbacks)
-    attempt = executions._attempt_begin(preview.pk, presented=None, worker="first")
+    attempt = executions.attempt_begin(preview.pk, presented=None, worker="first")
     assert attempt is not None and attempt.token == 1
 
-    assert executions._attempt_begin(preview.pk, presented=None, worker="duplicate") is None
-    assert executions._attempt_begin(preview.pk, presented=0, worker="stale") is None
+    assert executions.attempt_begin(preview.pk, presented=None, worker="duplicate") is None
+    assert executions.attempt_begin(preview.pk, presented=0, worker="stale") is None
 
     fenced = AuditRecord.objects.get(preview=preview, event="execution_fenced_off")
     assert (fenced.result["fencing_token"], fenced.result["current_token"]) == (0, 1)
@@ -149,14 +150,14 @@ def test_a_late_answer_from_an_attempt_that_lost_its_lease_is_refused_and_audite
 ):
     preview = make_preview(alice_agent)
     approve_held(preview, alice, django_capture_on_commit_callbacks)
-    slow = executions._attempt_begin(preview.pk, presented=None, worker="slow")
+    slow = executions.attempt_begin(preview.pk, presented=None, worker="slow")
     effect = slow.action.perform(preview=slow.preview, subject=slow.subject)  # the refund is made
     expire_lease(preview)
 
-    taker = executions._attempt_begin(preview.pk, presented=None, worker="taker")
+    taker = executions.attempt_begin(preview.pk, presented=None, worker="taker")
     assert (taker.token, taker.look_up_first) == (2, True)
 
-    executions._attempt_finish(slow, effect)  # the slow attempt answers late
+    executions.attempt_finish(slow, effect)  # the slow attempt answers late
     assert execution(preview).outcome == Outcome.IN_PROGRESS
     assert not Refund.objects.exists()
     fenced = AuditRecord.objects.get(preview=preview, event="execution_fenced_off")
@@ -165,7 +166,7 @@ def test_a_late_answer_from_an_attempt_that_lost_its_lease_is_refused_and_audite
 
     found = taker.action.find_effect(preview=taker.preview)
     assert found == effect
-    executions._attempt_finish(taker, found)
+    executions.attempt_finish(taker, found)
     assert Preview.objects.get(pk=preview.pk).status == PreviewStatus.EXECUTED
     assert Refund.objects.get().gateway_refund_id == effect["refund_id"]
     assert LocalGatewayRefund.objects.count() == 1
@@ -176,12 +177,12 @@ def test_the_sweeper_publishes_only_lost_work_and_expired_leases(
     alice, o12, alice_agent, django_capture_on_commit_callbacks, monkeypatch
 ):
     published = []
-    monkeypatch.setattr(executions, "execution_dispatch", lambda preview_id: published.append(preview_id) or True)
+    monkeypatch.setattr(sweeps, "execution_dispatch", lambda preview_id: published.append(preview_id) or True)
     lost = make_preview(alice_agent, amount_minor=100)
     approve_held(lost, alice, django_capture_on_commit_callbacks)
     working = make_preview(alice_agent, amount_minor=200)
     approve_held(working, alice, django_capture_on_commit_callbacks)
-    executions._attempt_begin(working.pk, presented=None, worker="alive")
+    executions.attempt_begin(working.pk, presented=None, worker="alive")
 
     assert executions_dispatch_stalled(older_than_seconds=0) == 1
     assert published == [lost.pk]
@@ -236,9 +237,9 @@ def test_an_effect_whose_recording_hits_a_constraint_is_kept_for_staff_and_not_r
 
     # Neither the sweeper nor the resolver runs it again by itself.
     published = []
-    monkeypatch.setattr(executions, "execution_dispatch", lambda preview_id: published.append(preview_id) or True)
+    monkeypatch.setattr(sweeps, "execution_dispatch", lambda preview_id: published.append(preview_id) or True)
     executions_dispatch_stalled(older_than_seconds=0)
-    executions.executions_resolve_unknown(older_than_seconds=0)
+    sweeps.executions_resolve_unknown(older_than_seconds=0)
     assert published == []
     monkeypatch.undo()
 

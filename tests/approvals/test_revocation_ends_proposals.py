@@ -10,7 +10,8 @@ from django.utils import timezone
 from approvals.errors import DecisionError
 from approvals.models import AgentSession, ApprovalRole, AuditRecord, Preview, PreviewStatus
 from approvals.services import agent_sessions_revoke, preview_approve
-from approvals.services.execution import _attempt_begin, preview_execute
+from approvals.services.execution import preview_execute
+from approvals.services.execution.attempt import attempt_begin
 from tests.conftest import agent_client_for, assert_nothing_moved, events, propose
 from tests.factories import OrderFactory, StaffFactory
 
@@ -115,7 +116,7 @@ def test_a_preview_proposed_as_the_session_was_revoked_is_refused_at_execution(a
 def test_an_execution_already_started_is_left_to_finish(alice, o12, alice_agent):
     preview = _propose(alice_agent, o12)
     preview_approve(preview_id=preview.pk, approver=alice, role=ApprovalRole.CUSTOMER, digest=preview.digest)
-    assert _attempt_begin(preview.pk, presented=None, worker="w") is not None  # checked, about to pay
+    assert attempt_begin(preview.pk, presented=None, worker="w") is not None  # checked, about to pay
 
     agent_sessions_revoke(token_prefix=alice_agent.token[:12])
 

@@ -38,7 +38,7 @@ def test_a_confirmed_rename_is_executed_once_and_every_step_is_recorded(
     executed = AuditRecord.objects.get(preview=preview, event="executed")
     assert (executed.result["outcome_from"], executed.result["outcome"]) == ("in_progress", "succeeded")
     assert executed.result["title"] == "Plans for 2027"
-    assert executed.approval_basis == {"customer": {"approver": owner.pk, "digest": preview.digest, "basis": ""}}
+    assert executed.approval_basis == {"customer": [{"approver": owner.pk, "digest": preview.digest, "basis": ""}]}
 
     body = agent.get(f"/api/agent/previews/{preview.pk}").json()
     assert (body["ok"], body["executed"], body["status"], body["outcome"]) == (True, True, "executed", "succeeded")

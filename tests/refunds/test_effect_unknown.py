@@ -15,7 +15,8 @@ from django.core.management.base import CommandError
 
 from approvals.models import ApprovalRole, AuditRecord, Execution, PreviewStatus
 from approvals.services import preview_approve
-from approvals.services.execution import _attempt_begin, executions_resolve_unknown
+from approvals.services.execution import executions_resolve_unknown
+from approvals.services.execution.attempt import attempt_begin
 from refunds.models import LocalGatewayRefund, Order, Refund
 from tests.console.conftest import logged_in, make_reviewer
 from tests.refunds.test_stripe_gateway import PI, assert_one_refund_paid, confirm_and_run, make_preview
@@ -152,7 +153,7 @@ def test_the_import_counts_refunds_in_flight(
     preview = make_preview(alice_agent, amount_minor=400)
     with django_capture_on_commit_callbacks(execute=False):
         preview_approve(preview_id=preview.pk, approver=alice, role=ApprovalRole.CUSTOMER, digest=preview.digest)
-    assert _attempt_begin(preview.pk, presented=None, worker="w") is not None  # 400 reserved, may be at Stripe
+    assert attempt_begin(preview.pk, presented=None, worker="w") is not None  # 400 reserved, may be at Stripe
 
     shop = tmp_path / "shop.json"
     order = {
