@@ -248,6 +248,7 @@ class AuditEvent(models.TextChoices):
     REVIEW_RELEASED = "review_released"
     REVIEWERS_NOTIFIED = "reviewers_notified"
     REVIEW_ESCALATED = "review_escalated"
+    LOGIN_PAUSED = "login_paused"
 
 
 class CurrentTransactionId(models.Func):
@@ -297,7 +298,13 @@ class AuditRecord(models.Model):
             models.Index(fields=["subject_type", "subject_id"]),
             models.Index(fields=["transaction_id", "id"], name="auditrecord_seal_order"),
         ]
-        permissions = [("export_auditrecord", "Can read and export the whole audit log")]
+        permissions = [
+            ("export_auditrecord", "Can export the audit records of the actions they decide"),
+            (
+                "audit_everything",
+                "Can see and export every audit record and agent session, and revoke staff agent sessions",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.event} {self.subject_id}"
