@@ -40,4 +40,7 @@ class ApprovalsConfig(AppConfig):
             )
         )
 
+        from .services.sessions import agent_sessions_follow_person_activity
+
+        agent_sessions_follow_person_activity()  # deactivating a person ends their agent sessions
         notifications.register()  # the reviewer digest is scheduled when a preview starts waiting for staff

@@ -202,8 +202,9 @@ class ReceiptCheck:
 
 def receipt_check(receipt: Any, public_key: Ed25519PublicKey) -> ReceiptCheck:
     """Check a receipt (the JSON that GET /api/agent/previews/<id>/receipt gives): the tree head is
-    signed by `public_key`, and every record, hashed as it is given, is a leaf of that tree (its
-    inclusion proof leads from the record's leaf hash to the signed root)."""
+    signed by `public_key`, the receipt names its preview and every record is about it, and every
+    record, hashed as it is given, is a leaf of that tree (its inclusion proof leads from the record's
+    leaf hash to the signed root)."""
     problems: list[str] = []
     try:
         head, records = receipt["tree_head"], receipt["records"]
@@ -212,12 +213,17 @@ def receipt_check(receipt: Any, public_key: Ed25519PublicKey) -> ReceiptCheck:
         if not tree_head_signature_valid(public_key, head):
             problems.append("the tree head is not signed by this key")
         root, size = bytes.fromhex(head["root_hash"]), int(head["size"])
+        preview = receipt.get("preview")
+        if not isinstance(preview, str) or not preview:
+            # Without it, a receipt could hold the records of any previews and still "check".
+            problems.append("the receipt names no preview")
+            preview = None
         if not records:
             problems.append("the receipt holds no sealed record")
         for entry in records:
             index, content = int(entry["leaf_index"]), entry["record"]
             where = f"record {content.get('id')} (leaf {index})"
-            if receipt.get("preview") and content.get("preview") != receipt["preview"]:
+            if preview is not None and content.get("preview") != preview:
                 problems.append(f"{where} is about another preview")
             if not 0 <= index < size:
                 problems.append(f"{where} lies outside the tree of {size} leaves")

@@ -2,9 +2,14 @@
 calls `authenticate()`.
 
 The counting lives in an authentication backend, the one place every login path goes through. Each
-attempt is counted per username and per client address *before* the password is checked, with the
-cache's atomic add and incr, so that parallel guesses cannot all read "under the limit" first; an
-attempt whose password was right is taken off the counts again.
+attempt is counted per username, per client address and per (username, address) *before* the password
+is checked, with the cache's atomic add and incr, so that parallel guesses cannot all read "under the
+limit" first; an attempt whose password was right is taken off the counts again.
+
+An address past the limit is paused for every username. A username past the limit is paused from every
+address that tried it in the window; an address with no attempt on it yet still gets one try, up to
+LOGIN_PAUSE_CLEAN_ADDRESS_TRIES such addresses per window, so that wrong passwords sent from anywhere
+do not keep the person out. Each pause, as it begins, is an audit record (`login_paused`) for staff.
 
 Hand-written rather than django-axes: axes checks the lockout before authenticating and records the
 failure afterwards (on `user_login_failed`), so parallel guesses all pass its check, which is the hole
@@ -14,7 +19,7 @@ this module closes.
 from __future__ import annotations
 
 import unicodedata
-from typing import Any
+from typing import Any, NoReturn
 
 from django.conf import settings
 from django.contrib.auth.backends import ModelBackend
@@ -48,13 +53,40 @@ def client_address(request: HttpRequest | None) -> str:
     return hops[-count]
 
 
-def _counter_keys(request: HttpRequest | None, username: str) -> list[str]:
+def _counter_keys(request: HttpRequest | None, username: str) -> dict[str, str]:
     # Hashed: a username is user input of any length and alphabet, and cache keys have rules.
-    keys = [f"login-attempts:user:{sha256_hex(username_key(username))}"]
+    name = sha256_hex(username_key(username))
+    keys = {"user": f"login-attempts:user:{name}"}
     address = client_address(request)
     if address:
-        keys.append(f"login-attempts:addr:{sha256_hex(address)}")
+        hashed = sha256_hex(address)
+        keys["addr"] = f"login-attempts:addr:{hashed}"
+        keys["pair"] = f"login-attempts:pair:{name}:{hashed}"
     return keys
+
+
+def _clean_address_tries_key(username: str) -> str:
+    return f"login-attempts:clean:{sha256_hex(username_key(username))}"
+
+
+def _pause_audit(scope: str, username: str, address: str, attempts: int) -> None:
+    """One record as a pause begins (the attempt that passes the limit), so that a pause is visible
+    to staff (the auditor's export, the admin's audit records) without one record per guess."""
+    from .models import AuditEvent
+    from .services import audit_record
+
+    audit_record(
+        event=AuditEvent.LOGIN_PAUSED,
+        subject_type="login",
+        subject_id=username_key(username)[:64],
+        result={
+            "scope": scope,
+            "username": username_key(username)[:150],
+            "address": address,
+            "attempts": attempts,
+            "window_seconds": settings.LOGIN_FAILURE_WINDOW_SECONDS,
+        },
+    )
 
 
 def _count(key: str) -> int:
@@ -83,18 +115,41 @@ class ThrottledModelBackend(ModelBackend):
             username = kwargs.get(self._username_field(), "")
         if username is None or password is None:
             return None
-        keys = _counter_keys(request, str(username))
-        counts = [_count(key) for key in keys]
-        if any(count > settings.LOGIN_FAILURE_LIMIT for count in counts):
-            if request is not None:
-                request.login_throttled = True  # type: ignore[attr-defined]  # read back by ThrottledLoginView
-            # Stops authenticate() at once: no other backend is tried, and user_login_failed is sent.
-            raise PermissionDenied("Too many login attempts.")
+        username = str(username)
+        keys = _counter_keys(request, username)
+        counts = {kind: _count(key) for kind, key in keys.items()}
+        limit = settings.LOGIN_FAILURE_LIMIT
+        address = client_address(request)
+        if counts["user"] == limit + 1:
+            _pause_audit("username", username, address, counts["user"])
+        if counts.get("addr") == limit + 1:
+            _pause_audit("address", username, address, counts["addr"])
+        name_paused = counts["user"] > limit
+        if "addr" not in counts:  # no address (authenticate() called without a request): the name decides
+            refused = name_paused
+        else:
+            refused = counts["addr"] > limit or counts["pair"] > limit
+            if not refused and name_paused:
+                # This address's first attempt on the paused name gets checked, within the name's budget.
+                refused = counts["pair"] > 1 or (
+                    _count(_clean_address_tries_key(username)) > settings.LOGIN_PAUSE_CLEAN_ADDRESS_TRIES
+                )
+        if refused:
+            self._refuse(request)
         user = super().authenticate(request, username=username, password=password, **kwargs)
         if user is not None:
-            for key in keys:
+            for key in keys.values():
                 _uncount(key)
+        elif name_paused:
+            self._refuse(request)  # a wrong password while paused is answered like the pause
         return user
+
+    @staticmethod
+    def _refuse(request: HttpRequest | None) -> NoReturn:
+        if request is not None:
+            request.login_throttled = True  # type: ignore[attr-defined]  # read back by ThrottledLoginView
+        # Stops authenticate() at once: no other backend is tried, and user_login_failed is sent.
+        raise PermissionDenied("Too many login attempts.")
 
     @staticmethod
     def _username_field() -> str:

@@ -5,7 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from time import perf_counter
 
+from csp.middleware import CSPMiddleware
 from django.http import HttpRequest, HttpResponse
+from django.middleware.clickjacking import XFrameOptionsMiddleware
+from django.middleware.security import SecurityMiddleware
 
 from . import logs, metrics
 from .operations import ENDPOINTS
@@ -19,12 +22,21 @@ class OperationsMiddleware:
     - Takes X-Request-ID (when it is 1 to 128 characters of `A-Za-z0-9._:=+/@-`) or makes one, binds it
       to the log context for the request, and echoes it on the response (also on every error).
     - Answers /healthz, /readyz and /metrics itself, before SecurityMiddleware (HTTPS redirect) and
-      CommonMiddleware (ALLOWED_HOSTS) run: probes come by IP address.
+      CommonMiddleware (ALLOWED_HOSTS) run: probes come by IP address. Their answers carry the same
+      security headers as every other response.
     - Counts the request and its latency per view (the URL pattern's name): two metric updates.
     """
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
+        # The endpoints answered here skip the middleware below, so they get the headers of those that
+        # set headers on the way out (CSP, frame options; nosniff, referrer policy, COOP and HSTS) from
+        # the same classes and settings: only their process_response, never the HTTPS redirect.
+        self.header_middleware = (
+            CSPMiddleware(get_response),
+            XFrameOptionsMiddleware(get_response),
+            SecurityMiddleware(get_response),
+        )
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         started = perf_counter()
@@ -36,6 +48,8 @@ class OperationsMiddleware:
             if endpoint is not None:
                 view, answer = endpoint
                 response = answer(request)
+                for middleware in self.header_middleware:
+                    middleware.process_response(request, response)  # sets headers on it in place
             else:
                 response = self.get_response(request)
                 match = getattr(request, "resolver_match", None)

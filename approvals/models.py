@@ -285,6 +285,7 @@ class AuditEvent(models.TextChoices):
     APPROVAL_LAPSED = "approval_lapsed"
     REVIEWERS_NOTIFIED = "reviewers_notified"
     REVIEW_ESCALATED = "review_escalated"
+    LOGIN_PAUSED = "login_paused"
 
 
 class CurrentTransactionId(models.Func):
@@ -334,7 +335,13 @@ class AuditRecord(models.Model):
             models.Index(fields=["subject_type", "subject_id"]),
             models.Index(fields=["transaction_id", "id"], name="auditrecord_seal_order"),
         ]
-        permissions = [("export_auditrecord", "Can read and export the whole audit log")]
+        permissions = [
+            ("export_auditrecord", "Can export the audit records of the actions they decide"),
+            (
+                "audit_everything",
+                "Can see and export every audit record and agent session, and revoke staff agent sessions",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.event} {self.subject_id}"

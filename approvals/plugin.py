@@ -126,7 +126,9 @@ class RefusalCode(StrEnum):
     the stable codes agents and pages see."""
 
 
-#: The engine's permission to read and export the whole audit log; a review role usually includes it.
+#: The engine's permission to export the audit records of the actions one decides (their
+#: `review_permission`); a review role usually includes it. The whole log takes the auditor's
+#: `approvals.audit_everything`.
 EXPORT_AUDIT_PERMISSION = "approvals.export_auditrecord"
 
 register_action = registry.register_action

@@ -282,6 +282,9 @@ CONTENT_SECURITY_POLICY = {
 # every login path (the login page, the admin, anything calling authenticate()) pauses them.
 LOGIN_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", default=5)
 LOGIN_FAILURE_WINDOW_SECONDS = env.int("LOGIN_FAILURE_WINDOW_SECONDS", default=15 * 60)
+# While a username is paused, this many addresses with no failure on it may each try it once per window
+# (its person logs in from elsewhere); 0 pauses a paused username from every address.
+LOGIN_PAUSE_CLEAN_ADDRESS_TRIES = env.int("LOGIN_PAUSE_CLEAN_ADDRESS_TRIES", default=5)
 # The client's address: REMOTE_ADDR, unless the app runs behind TRUSTED_PROXY_COUNT proxies that each
 # append the address they saw to CLIENT_IP_HEADER (the Django META name of the header).
 TRUSTED_PROXY_COUNT = env.int("TRUSTED_PROXY_COUNT", default=0)

@@ -1,6 +1,7 @@
 """Issue 16, items 1 and 2: every login path is throttled, with keys that hold."""
 
 import importlib
+import json
 import threading
 import uuid
 
@@ -78,7 +79,8 @@ def test_look_alike_usernames_share_one_bucket(db, variant, settings):
     for _ in range(5):
         # Each from its own address: only the username's bucket is at work here.
         Client(REMOTE_ADDR=f"10.0.0.{_ + 1}").post("/accounts/login/", {"username": "bob", "password": "wrong"})
-    client = Client(REMOTE_ADDR="10.0.1.1")
+    # From an address that already tried one spelling: the variant shares its bucket.
+    client = Client(REMOTE_ADDR="10.0.0.1")
     response = client.post("/accounts/login/", {"username": variant, "password": PASSWORD})
     assert response.status_code == 429
     assert not _logged_in(client)
@@ -97,8 +99,14 @@ def test_look_alike_names_get_no_fresh_tries(db):
     UserFactory(username="bob")
     for name in ["bob", "ｂｏｂ", "𝐛𝐨𝐛", "BOB", "bob"]:
         Client(REMOTE_ADDR="10.9.0.1").post("/accounts/login/", {"username": name, "password": "wrong"})
-    # Five failures in all: the sixth try of any spelling is refused, also from a new address.
-    response = Client(REMOTE_ADDR="10.9.0.2").post("/accounts/login/", {"username": "𝐛𝐨𝐛", "password": "wrong"})
+    # Five failures in all: the sixth try of any spelling is refused, also with the right password.
+    response = Client(REMOTE_ADDR="10.9.0.1").post("/accounts/login/", {"username": "𝐛𝐨𝐛", "password": PASSWORD})
+    assert response.status_code == 429
+    # A new address gets its one try of the paused name, but no more: any spelling counts as that name.
+    assert (
+        Client(REMOTE_ADDR="10.9.0.2").post("/accounts/login/", {"username": "BOB", "password": "x"}).status_code == 429
+    )
+    response = Client(REMOTE_ADDR="10.9.0.2").post("/accounts/login/", {"username": "ｂｏｂ", "password": PASSWORD})
     assert response.status_code == 429
 
 
@@ -172,8 +180,13 @@ def counter_cache(request, settings):
     return request.param
 
 
-def test_sixteen_parallel_guesses_get_no_more_than_the_limit_checked(counter_cache, monkeypatch, rf, settings):
-    """The counter is incremented before it is compared: of 16 guesses at once, 5 reach the password check."""
+@pytest.mark.parametrize("clean_tries", [0, 5])
+def test_sixteen_parallel_guesses_get_no_more_than_the_limit_checked(
+    counter_cache, clean_tries, monkeypatch, rf, settings
+):
+    """The counter is incremented before it is compared: of 16 guesses at once from 16 addresses, 5 reach
+    the password check, and then no more than the paused name's budget of clean addresses."""
+    settings.LOGIN_PAUSE_CLEAN_ADDRESS_TRIES = clean_tries
     checked = []
     barrier = threading.Barrier(16)
 
@@ -182,6 +195,8 @@ def test_sixteen_parallel_guesses_get_no_more_than_the_limit_checked(counter_cac
         return None
 
     monkeypatch.setattr(ModelBackend, "authenticate", slow_check)
+    pauses = []
+    monkeypatch.setattr("approvals.login._pause_audit", lambda scope, *args: pauses.append(scope))
     results = []
 
     def guess(n):
@@ -195,14 +210,17 @@ def test_sixteen_parallel_guesses_get_no_more_than_the_limit_checked(counter_cac
     for thread in threads:
         thread.join()
     assert results == [None] * 16
-    assert len(checked) == settings.LOGIN_FAILURE_LIMIT == 5
+    assert len(checked) == settings.LOGIN_FAILURE_LIMIT + clean_tries == 5 + clean_tries
+    assert pauses == ["username"]  # recorded once as it began, however many guesses raced past it
 
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_sixteen_parallel_logins_over_http_let_no_guess_through_after_the_limit():
+def test_sixteen_parallel_logins_over_http_let_no_guess_through_after_the_limit(settings):
     """Real logins at once against PostgreSQL: the right password among 16 guesses, sent after the
-    limit was used up by the first five, never logs in."""
+    limit was used up by the first five, never logs in (with no tries for clean addresses: with them,
+    test_clean_addresses_get_no_more_than_their_budget_while_paused)."""
+    settings.LOGIN_PAUSE_CLEAN_ADDRESS_TRIES = 0
     UserFactory(username="bob")
     for _ in range(5):
         Client(REMOTE_ADDR="10.8.0.1").post("/accounts/login/", {"username": "bob", "password": "wrong"})
@@ -284,3 +302,73 @@ def test_the_admin_is_off_by_default_outside_debug():
         )
         answers[name] = result.stdout.strip()
     assert answers == {"production": "False", "debug": "True", "asked": "True"}
+
+
+# Issue 30: a paused username still lets its person in from an address with no failures -------------
+
+
+def test_five_wrong_passwords_elsewhere_do_not_lock_the_person_out_of_a_clean_address(sam):
+    for _ in range(5):
+        Client(REMOTE_ADDR="203.0.113.50").post("/accounts/login/", {"username": "sam", "password": "wrong"})
+    # The attacker's address stays paused, also with the right password...
+    attacker = Client(REMOTE_ADDR="203.0.113.50")
+    assert attacker.post("/accounts/login/", {"username": "sam", "password": PASSWORD}).status_code == 429
+    assert not _logged_in(attacker)
+    # ...and sam, from an address with no failures, logs in.
+    office = Client(REMOTE_ADDR="198.51.100.20")
+    assert office.post("/accounts/login/", {"username": "sam", "password": PASSWORD}).status_code == 302
+    assert _logged_in(office)
+
+
+def test_a_clean_address_gets_one_try_while_the_username_is_paused(sam):
+    for _ in range(5):
+        Client(REMOTE_ADDR="203.0.113.51").post("/accounts/login/", {"username": "sam", "password": "wrong"})
+    other = Client(REMOTE_ADDR="203.0.113.52")
+    response = other.post("/accounts/login/", {"username": "sam", "password": "wrong"})
+    assert response.status_code == 429  # checked, wrong: answered like the pause
+    # That address now has a failure: the right password waits like everywhere else.
+    assert other.post("/accounts/login/", {"username": "sam", "password": PASSWORD}).status_code == 429
+    assert not _logged_in(other)
+
+
+def test_clean_addresses_get_no_more_than_their_budget_while_paused(sam, settings):
+    settings.LOGIN_PAUSE_CLEAN_ADDRESS_TRIES = 2
+    for _ in range(5):
+        Client(REMOTE_ADDR="203.0.113.60").post("/accounts/login/", {"username": "sam", "password": "wrong"})
+    for n in range(2):
+        Client(REMOTE_ADDR=f"203.0.114.{n}").post("/accounts/login/", {"username": "sam", "password": "wrong"})
+    late = Client(REMOTE_ADDR="203.0.114.99")
+    assert late.post("/accounts/login/", {"username": "sam", "password": PASSWORD}).status_code == 429
+    settings.LOGIN_PAUSE_CLEAN_ADDRESS_TRIES = 0  # the old rule: a paused username is paused everywhere
+    cache_cleared = Client(REMOTE_ADDR="203.0.114.100")
+    assert cache_cleared.post("/accounts/login/", {"username": "sam", "password": PASSWORD}).status_code == 429
+
+
+def test_a_pause_is_audited_once_for_staff_to_see(sam, settings):
+    from approvals.models import AuditEvent, AuditRecord
+
+    for _ in range(8):
+        Client(REMOTE_ADDR="203.0.113.70").post("/accounts/login/", {"username": "SAM", "password": "wrong"})
+    records = AuditRecord.objects.filter(event=AuditEvent.LOGIN_PAUSED).order_by("id")
+    assert [r.result["scope"] for r in records] == ["username", "address"]
+    by_scope = {r.result["scope"]: r.result for r in records}
+    assert by_scope["username"]["username"] == "sam"
+    assert by_scope["username"]["address"] == "203.0.113.70"
+    assert by_scope["username"]["attempts"] == settings.LOGIN_FAILURE_LIMIT + 1
+    assert all(r.action == "" and r.actor is None for r in records)
+    assert all("wrong" not in json.dumps(r.result) for r in records)  # never a password
+
+
+def test_the_auditor_sees_login_pauses_in_the_export_and_a_reviewer_does_not(sam, settings):
+    from django.contrib.auth.models import Permission
+
+    from tests.console.test_audit import export, streamed
+
+    for _ in range(6):
+        Client(REMOTE_ADDR="203.0.113.80").post("/accounts/login/", {"username": "sam", "password": "wrong"})
+    reviewer = Client()
+    reviewer.force_login(sam)
+    assert "login_paused" not in streamed(export(reviewer, "csv"))
+    sam.user_permissions.add(Permission.objects.get(content_type__app_label="approvals", codename="audit_everything"))
+    body = streamed(export(reviewer, "csv"))
+    assert body.count("login_paused") == 2 and "203.0.113.80" in body

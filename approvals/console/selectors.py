@@ -6,6 +6,7 @@ Every query here is scoped to the action kinds the reviewer holds the permission
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth.models import AnonymousUser
 from django.core.paginator import Page, Paginator
+from django.db import connection
 from django.db.models import Case, Count, Q, QuerySet, When
 from django.utils import timezone
 
@@ -27,6 +29,7 @@ from ..models import (
     Preview,
     PreviewStatus,
     ReviewClaim,
+    WebhookDelivery,
 )
 from ..notifications import escalation_due_before, reviewers
 from ..presentation import preview_execution, preview_state_words
@@ -73,6 +76,17 @@ def reviewable_actions(*, user: User | AnonymousUser) -> list[str]:
     return sorted(name for name, action in registry.actions.items() if user.has_perm(action.review_permission))
 
 
+# The auditor (or team lead): every audit record, those about no action included, every agent session,
+# and the revocation of staff members' sessions. Declared on AuditRecord.Meta (migration 0015).
+AUDIT_EVERYTHING_PERMISSION = "approvals.audit_everything"
+
+
+def is_auditor(*, user: User | AnonymousUser) -> bool:
+    return bool(
+        user.is_authenticated and user.is_active and user.is_staff and user.has_perm(AUDIT_EVERYTHING_PERMISSION)
+    )
+
+
 def may_export_audit(*, user: User | AnonymousUser) -> bool:
     return bool(
         user.is_authenticated and user.is_active and user.is_staff and user.has_perm("approvals.export_auditrecord")
@@ -82,6 +96,11 @@ def may_export_audit(*, user: User | AnonymousUser) -> bool:
 def console_access(*, user: User | AnonymousUser) -> bool:
     """Whether this person works the review queue (where `/` sends them after logging in)."""
     return bool(reviewable_actions(user=user))
+
+
+def may_see_agent_sessions(*, user: User | AnonymousUser) -> bool:
+    """The agent-sessions page: reviewers (the sessions of their actions) and the auditor (all)."""
+    return console_access(user=user) or is_auditor(user=user)
 
 
 def reviewable_previews(*, user: User) -> QuerySet[Preview]:
@@ -484,10 +503,27 @@ AUDIT_EXPORT_FIELDS = (
 )
 
 
-def audit_export_rows(*, start: datetime, end: datetime) -> Iterator[dict[str, Any]]:
-    """Audit records created in [start, end), oldest first, streamed from the database in chunks."""
+def auditable_records(*, user: User) -> QuerySet[AuditRecord]:
+    """The audit records this staff member may read in bulk: every one for the auditor; otherwise those
+    about an action they decide (the preview's action when the record is about a preview, else the
+    record's own). A record about no action (a login pause, a shop-data change, a session minted)
+    is the auditor's alone."""
+    if is_auditor(user=user):
+        return AuditRecord.objects.all()
+    actions = reviewable_actions(user=user)
+    return AuditRecord.objects.filter(
+        Q(preview__isnull=False, preview__action__in=actions) | Q(preview__isnull=True, action__in=actions)
+    )
+
+
+def audit_export_rows(*, user: User, start: datetime, end: datetime) -> Iterator[dict[str, Any]]:
+    """The audit records `user` may read (auditable_records) created in [start, end), oldest first,
+    streamed from the database in chunks."""
     records = (
-        AuditRecord.objects.filter(created_at__gte=start, created_at__lt=end).select_related("actor").order_by("id")
+        auditable_records(user=user)
+        .filter(created_at__gte=start, created_at__lt=end)
+        .select_related("actor")
+        .order_by("id")
     )
     for record in records.iterator(chunk_size=2000):
         yield {
@@ -512,6 +548,43 @@ def live_agent_sessions() -> QuerySet[AgentSession]:
         AgentSession.objects.filter(revoked_at__isnull=True, expires_at__gt=timezone.now())
         .select_related("user")
         .order_by("-created_at")
+    )
+
+
+def _has_a_tool(tools: list[str]) -> Q:
+    """Sessions whose tools include one of `tools`: on the JSON text of the list, which stores each
+    tool name between double quotes (a name is an action's, `[a-z_]+`), on PostgreSQL and SQLite alike."""
+    condition = Q(pk__in=[])
+    for name in tools:
+        condition |= (
+            Q(tools__contains=[name])
+            if connection.features.supports_json_field_contains
+            else Q(tools__icontains=json.dumps(name))
+        )
+    return condition
+
+
+def agent_sessions_in_scope(*, user: User) -> QuerySet[AgentSession]:
+    """The live agent sessions this staff member sees on the console's page: every one for the
+    auditor; otherwise those with a tool of an action they decide."""
+    sessions = live_agent_sessions()
+    if is_auditor(user=user):
+        return sessions
+    return sessions.filter(_has_a_tool(reviewable_actions(user=user)))
+
+
+def may_revoke_agent_session(*, user: User, session: AgentSession) -> bool:
+    """A session in scope (agent_sessions_in_scope) may be revoked by any of its reviewers, unless it
+    is a staff member's: those only by the auditor."""
+    return is_auditor(user=user) or not session.user.is_staff
+
+
+def webhook_deliveries_in_scope(*, user: User, limit: int = 50) -> list[WebhookDelivery]:
+    """The latest webhook deliveries of the sessions this staff member sees, newest first."""
+    return list(
+        WebhookDelivery.objects.filter(agent_session__in=agent_sessions_in_scope(user=user))
+        .select_related("agent_session__user")
+        .order_by("-created_at", "-pk")[:limit]
     )
 
 

@@ -27,7 +27,6 @@ from ..registry import registry
 from ..review_work import preview_claim, preview_release, previews_decide_many
 from ..services import agent_sessions_revoke, execution_retry, preview_approve, preview_decline, preview_refresh
 from ..types import AuthenticatedHttpRequest
-from ..webhooks import webhook_deliveries_recent
 from . import selectors
 from .exports import audit_csv, audit_jsonl
 from .forms import (
@@ -66,6 +65,7 @@ def _guard(allowed: Callable[[Any], bool]) -> Callable[[View], View]:
 
 reviewer_required = _guard(lambda user: selectors.console_access(user=user))
 auditor_required = _guard(lambda user: selectors.may_export_audit(user=user))
+sessions_viewer_required = _guard(lambda user: selectors.may_see_agent_sessions(user=user))
 
 
 def _preview_or_404(request: AuthenticatedHttpRequest, preview_id: Any) -> Preview:
@@ -304,6 +304,7 @@ def audit_log(request: AuthenticatedHttpRequest) -> HttpResponse:
         {
             "form": AuditExportForm(initial=AuditExportForm.initial_range()),
             "nav": "audit",
+            "everything": selectors.is_auditor(user=request.user),
         },
     )
 
@@ -313,9 +314,12 @@ def audit_log(request: AuthenticatedHttpRequest) -> HttpResponse:
 def audit_export(request: AuthenticatedHttpRequest) -> HttpResponse | StreamingHttpResponse:
     form = AuditExportForm(request.GET)
     if not form.is_valid():
-        return render(request, "console/audit.html", {"form": form, "nav": "audit"}, status=400)
+        everything = selectors.is_auditor(user=request.user)
+        return render(
+            request, "console/audit.html", {"form": form, "nav": "audit", "everything": everything}, status=400
+        )
     start, end, kind = form.cleaned_data["start"], form.cleaned_data["end"], form.cleaned_data["format"]
-    rows = selectors.audit_export_rows(start=start, end=end)
+    rows = selectors.audit_export_rows(user=request.user, start=start, end=end)
     if kind == "csv":
         response = StreamingHttpResponse(audit_csv(rows), content_type="text/csv; charset=utf-8")
     else:
@@ -328,27 +332,36 @@ def audit_export(request: AuthenticatedHttpRequest) -> HttpResponse | StreamingH
 # Agent sessions ------------------------------------------------------------------------------
 
 
-@reviewer_required
+@sessions_viewer_required
 @require_GET
 def agent_sessions(request: AuthenticatedHttpRequest) -> HttpResponse:
-    sessions = selectors.live_agent_sessions()
+    """The live sessions this staff member oversees (selectors.agent_sessions_in_scope), each marked
+    with whether they may revoke it (a staff member's session: the auditor only)."""
+    sessions = [
+        (session, selectors.may_revoke_agent_session(user=request.user, session=session))
+        for session in selectors.agent_sessions_in_scope(user=request.user)
+    ]
     return render(
         request,
         "console/agent_sessions.html",
         {
             "sessions": sessions,
             "nav": "sessions",
-            "webhook_deliveries": webhook_deliveries_recent(),
+            "everything": selectors.is_auditor(user=request.user),
+            "webhook_deliveries": selectors.webhook_deliveries_in_scope(user=request.user),
         },
     )
 
 
-@reviewer_required
+@sessions_viewer_required
 @require_POST
 def agent_session_revoke(request: AuthenticatedHttpRequest, session_id: int) -> HttpResponse:
-    session = selectors.live_agent_sessions().filter(pk=session_id).first()
+    # Out of scope is answered like missing: the page does not tell which sessions exist elsewhere.
+    session = selectors.agent_sessions_in_scope(user=request.user).filter(pk=session_id).first()
     if session is None:
         messages.info(request, "That agent session had already expired or been revoked.")
+    elif not selectors.may_revoke_agent_session(user=request.user, session=session):
+        return _forbidden(request)
     else:
         # By id: a 12-character prefix is not unique, and would revoke every session that shares it.
         agent_sessions_revoke(session_id=session.pk, revoked_by=request.user)

@@ -93,7 +93,9 @@ def agent_sessions_revoke(
     session_id: int | None = None,
     token_prefix: str | None = None,
     username: str | None = None,
+    user_id: int | None = None,
     revoked_by: User | None = None,
+    reason: str = "",
 ) -> int:
     """Revoke live agent sessions by id, by token prefix or by user; each revocation is audited.
 
@@ -108,6 +110,8 @@ def agent_sessions_revoke(
         sessions = sessions.filter(token_prefix__startswith=token_prefix[:16])
     elif username:
         sessions = sessions.filter(user__username=username)
+    elif user_id is not None:
+        sessions = sessions.filter(user_id=user_id)
     else:
         return 0
     count = 0
@@ -124,6 +128,7 @@ def agent_sessions_revoke(
                     "token_prefix": session.token_prefix,
                     "user": session.user_id,
                     "previews_superseded": [str(pk) for pk in superseded],
+                    **({"reason": reason} if reason else {}),
                 },
             )
             count += 1
@@ -169,3 +174,43 @@ def _agent_session_previews_supersede(session: AgentSession) -> list[Any]:
         )
         superseded.append(preview.pk)
     return superseded
+
+
+# A person deactivated and reactivated gets no old token back ---------------------------------------
+
+PERSON_DEACTIVATED = "person_deactivated"
+PERSON_REACTIVATED = "person_reactivated"
+
+
+def _activity_before_save(sender: Any, instance: Any, update_fields: Any = None, **kwargs: Any) -> None:
+    """Remember whether the person was active before this save (one query; none for a new person or a
+    save of named fields without is_active, such as the login's last_login)."""
+    instance._active_before_save = None
+    if instance.pk is None or (update_fields is not None and "is_active" not in update_fields):
+        return
+    instance._active_before_save = (
+        sender._default_manager.filter(pk=instance.pk).values_list("is_active", flat=True).first()
+    )
+
+
+def _sessions_end_when_activity_changes(sender: Any, instance: Any, created: bool = False, **kwargs: Any) -> None:
+    """Deactivating a person revokes their live agent sessions (audited, with what they proposed);
+    reactivating them revokes any still live, such as those of a person deactivated by
+    `QuerySet.update()`, which sends no signal. Either way a token minted before the latest
+    reactivation never works again; the person mints a new one."""
+    before = getattr(instance, "_active_before_save", None)
+    if created or before is None or before == instance.is_active:
+        return
+    agent_sessions_revoke(user_id=instance.pk, reason=PERSON_REACTIVATED if instance.is_active else PERSON_DEACTIVATED)
+
+
+def agent_sessions_follow_person_activity() -> None:
+    """Connect the two receivers above to the user model (from AppConfig.ready)."""
+    from django.contrib.auth import get_user_model
+    from django.db.models.signals import post_save, pre_save
+
+    user_model = get_user_model()
+    pre_save.connect(_activity_before_save, sender=user_model, dispatch_uid="agent_sessions_activity_before")
+    post_save.connect(
+        _sessions_end_when_activity_changes, sender=user_model, dispatch_uid="agent_sessions_activity_after"
+    )

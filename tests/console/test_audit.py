@@ -53,7 +53,15 @@ def test_the_order_timeline_includes_refused_proposals_that_named_it(awaiting_st
     assert reviewer_client.get("/console/subjects/order/audit/?id=o-nothing").status_code == 404
 
 
-def test_csv_export_has_every_record_in_the_range_and_defuses_formulas(awaiting_staff, reviewer_client):
+def as_auditor(user):
+    """The whole log is the auditor's (approvals.audit_everything); tests/console/test_scopes.py has the scopes."""
+    from django.contrib.auth.models import Permission
+
+    user.user_permissions.add(Permission.objects.get(content_type__app_label="approvals", codename="audit_everything"))
+
+
+def test_csv_export_has_every_record_in_the_range_and_defuses_formulas(awaiting_staff, reviewer, reviewer_client):
+    as_auditor(reviewer)
     agent = agent_client_for(awaiting_staff.actor)
     response = agent.post(
         "/api/agent/tool-calls", {"name": "refund_order", "arguments": "=HYPERLINK(1)"}, format="json"
@@ -80,7 +88,8 @@ def test_csv_export_has_every_record_in_the_range_and_defuses_formulas(awaiting_
     assert by_event["proposal_invalid"]["raw_arguments"] == "'=HYPERLINK(1)"
 
 
-def test_json_lines_export_keeps_exact_values(awaiting_staff, reviewer_client):
+def test_json_lines_export_keeps_exact_values(awaiting_staff, reviewer, reviewer_client):
+    as_auditor(reviewer)
     agent = agent_client_for(awaiting_staff.actor)
     agent.post("/api/agent/tool-calls", {"name": "refund_order", "arguments": "=HYPERLINK(1)"}, format="json")
     response = export(reviewer_client, "jsonl")
@@ -98,7 +107,7 @@ def test_json_lines_export_keeps_exact_values(awaiting_staff, reviewer_client):
 def test_an_empty_range_exports_only_the_header_and_a_bad_range_is_a_400(awaiting_staff, reviewer_client):
     past = timezone.now() - timedelta(days=10)
     body = streamed(export(reviewer_client, "csv", start=past, end=past + timedelta(hours=1)))
-    assert body.strip() == ",".join(AUDIT_EXPORT_FIELDS)
+    assert body.strip() == ",".join(f'"{name}"' for name in AUDIT_EXPORT_FIELDS)  # every cell quoted
     response = export(reviewer_client, "csv", start=timezone.now(), end=past)
     assert response.status_code == 400
     assert "The end must be after the start." in response.content.decode()
