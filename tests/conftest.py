@@ -63,25 +63,6 @@ def seal_all(timeout: float = 30.0) -> int:
 
 
 @pytest.fixture(autouse=True)
-def _staff_groups(request):
-    """The staff groups come from the actions' data migrations; a transactional test's flush removes
-    them (post_migrate brings the permissions back, not the groups). Put them back as migrated: the
-    roles the registered actions declare (Action.staff_roles)."""
-    if not {"db", "transactional_db", "live_server"} & set(request.fixturenames):
-        return
-    request.getfixturevalue("transactional_db" if "transactional_db" in request.fixturenames else "db")
-    from django.contrib.auth.models import Group, Permission
-
-    from approvals.plugin import registry
-
-    for role in registry.staff_roles():
-        group, _ = Group.objects.get_or_create(name=role.group)
-        for permission in role.permissions:
-            app_label, codename = permission.split(".")
-            group.permissions.add(Permission.objects.get(content_type__app_label=app_label, codename=codename))
-
-
-@pytest.fixture(autouse=True)
 def _login_counters_start_empty():
     """Login attempts are counted per client address in the (per-process) cache: one test's wrong
     passwords from the test client's 127.0.0.1 must not pause the next test's logins."""
