@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.db.models.signals import post_migrate
 
 
 class ApprovalsConfig(AppConfig):
@@ -18,6 +19,7 @@ class ApprovalsConfig(AppConfig):
             staff_upsert,
         )
         from .registry import ImportSection, registry
+        from .staff_roles import staff_roles_migrate
 
         registry.register_import_section(
             ImportSection(
@@ -43,4 +45,7 @@ class ApprovalsConfig(AppConfig):
         from .services.sessions import agent_sessions_follow_person_activity
 
         agent_sessions_follow_person_activity()  # deactivating a person ends their agent sessions
+        # Once per migrate (and flush), on the engine's turn: the groups every registered action declares.
+        post_migrate.connect(staff_roles_migrate, sender=self, dispatch_uid="approvals.staff_roles_migrate")
+
         notifications.register()  # the reviewer digest is scheduled when a preview starts waiting for staff

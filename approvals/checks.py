@@ -43,7 +43,7 @@ def _declared_permissions() -> set[str]:
 @register()
 def action_permissions_check(app_configs: Any, **kwargs: Any) -> list[Error]:
     """Each registered action's review permission and staff roles name permissions a model declares, so
-    that the console and the action's migration agree (a typo would lock every reviewer out)."""
+    that the console and the groups made after migrate agree (a typo would lock every reviewer out)."""
     from .registry import registry
 
     declared = _declared_permissions()
@@ -55,7 +55,7 @@ def action_permissions_check(app_configs: Any, **kwargs: Any) -> list[Error]:
                 Error(
                     f"Action {action.name!r} names the permission {permission!r}, which no model declares.",
                     hint="Declare it in the Meta.permissions of one of the action's own models "
-                    "(app_label.codename), and create it with the staff group in the action's migration.",
+                    "(app_label.codename) and name it in the action's staff_roles.",
                     id="approvals.E002",
                 )
             )

@@ -141,7 +141,8 @@ class Preview(models.Model):
             ),
         ]
         # Staff decide previews of the action kinds whose permission they hold (Action.review_permission,
-        # declared by the action on a model of its own). An action without one falls back to this one.
+        # declared by the action on a model of its own, required); this one decides the previews of an
+        # action that is no longer installed.
         permissions = [
             ("review_preview", "Can review previews of actions without a permission of their own"),
         ]

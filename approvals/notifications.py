@@ -54,6 +54,7 @@ from django.utils import timezone
 from .digests import sha256_hex
 from .models import AuditEvent, Preview, PreviewStatus, ReviewNotice, ReviewNoticeKind
 from .money import format_minor
+from .publish import NOTIFY_REVIEWERS, task_publish_later
 from .registry import registry
 from .services import audit_record
 from .transitions import on_preview_transition
@@ -427,9 +428,7 @@ def _kick_on_waiting(preview_id: str, previous_status: str, status: str) -> None
     try:
         if not cache.add(KICK_KEY, preview_id, timeout=window):
             return  # already scheduled for this window
-        from .tasks import notify_reviewers as task
-
-        task.apply_async(countdown=window)
+        task_publish_later(NOTIFY_REVIEWERS, countdown=window)
     except Exception:  # noqa: BLE001 - the beat schedule sends anyway
         logger.warning("Could not schedule the reviewer digest; the beat schedule will send it", exc_info=True)
 

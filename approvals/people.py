@@ -1,5 +1,5 @@
 """Customers and staff as `import_shop_data` knows them; staff roles are Django groups, the ones the
-registered actions declare (Action.staff_roles), created by each action's own migration."""
+registered actions declare (Action.staff_roles), created after every migrate (approvals.staff_roles)."""
 
 from typing import Any
 

@@ -20,9 +20,10 @@ search), `counts_toward_spending_limits`, `idempotent_effect`, `can_look_up_effe
 e.g. `registry.action("refund_order")`).
 
 **Staff roles.** `StaffRole(group, permissions)`: the action declares the groups it needs in
-`Action.staff_roles`, the permission deciding its previews in `Action.review_permission` (declared in
-its own model's `Meta.permissions`), and creates both in its own data migration. A role usually also
-holds `EXPORT_AUDIT_PERMISSION` (the console's audit log).
+`Action.staff_roles` and the permission deciding its previews in `Action.review_permission` (required;
+declared in its own model's `Meta.permissions`). The engine creates the groups with their permissions
+after every migrate: no data migration of the action's own. A role usually also holds
+`EXPORT_AUDIT_PERMISSION` (the console's audit log).
 
 **Errors an action raises.** `PolicyRefusal` (a proposal or re-check breaks a rule; give it a `code`
 from the action's own `RefusalCode` enum), `ExecutionFailure` (execution refused for good; a

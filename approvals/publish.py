@@ -16,8 +16,14 @@ from celery import current_app
 EXECUTE_PREVIEW = "approvals.execute_preview"
 NOTIFY_COUNTER_PROPOSAL = "approvals.notify_counter_proposal"
 DELIVER_AUDIT_CHECKPOINT = "approvals.deliver_audit_checkpoint"
+NOTIFY_REVIEWERS = "approvals.notify_reviewers"
 
 
 def task_publish(name: str, *args: Any, **kwargs: Any) -> None:
     """Publish the task registered as `name` (raises what the broker raises; KeyError if unregistered)."""
     current_app.tasks[name].delay(*args, **kwargs)
+
+
+def task_publish_later(name: str, *, countdown: float) -> None:
+    """Publish the task registered as `name` (one taking no arguments) to run `countdown` seconds from now."""
+    current_app.tasks[name].apply_async(countdown=countdown)

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from django.core.exceptions import ImproperlyConfigured
+
 from .errors import EffectLookupUnavailable
 
 if TYPE_CHECKING:
@@ -57,7 +59,8 @@ class Subject(Protocol):
 class StaffRole:
     """A staff group an action needs and the permissions ("app_label.codename") its members hold.
 
-    The action declares its roles (`Action.staff_roles`) and creates them in its own data migration;
+    The action declares its roles (`Action.staff_roles`); the engine creates the groups and gives them
+    these permissions after every migrate (approvals.staff_roles), never taking one away.
     `import_shop_data` offers the declared group names for staff. A role whose permissions include the
     action's `review_permission` decides the action's previews in the console.
     """
@@ -152,10 +155,11 @@ class Action(ABC):
     #: The argument naming the subject (an order, an invoice), recorded with a refused proposal.
     subject_argument: str = ""
     arguments_serializer: type[Serializer]
-    # The permission ("app_label.codename") a staff member needs to see, approve, reject or retry
-    # previews of this kind in the console. Declare it in the Meta.permissions of one of the action's
-    # own models, and give it to a group in `staff_roles` (created by the action's own migration).
-    review_permission: str = "approvals.review_preview"
+    # Required: the permission ("app_label.codename") a staff member needs to see, approve, reject or
+    # retry previews of this kind in the console. Declare it in the Meta.permissions of one of the
+    # action's own models, and give it to a group in `staff_roles` (the engine creates the groups after
+    # every migrate). `register_action` refuses an action without one.
+    review_permission: str
     #: Whether this action's proposals carry an amount and currency (Proposal.amount_minor): the agent
     #: API's schema then documents `amount_minor` and `currency` in its preview. False for an action
     #: that moves no money.
@@ -381,6 +385,12 @@ class Registry:
     def register_action(self, action: Action) -> None:
         if action.name in self.actions:
             raise ValueError(f"Action {action.name!r} is registered twice")
+        if not getattr(action, "review_permission", ""):
+            raise ImproperlyConfigured(
+                f"Action {action.name!r} declares no review_permission: set it to the permission "
+                '("app_label.codename", in the Meta.permissions of one of its own models) that staff need '
+                "to decide its previews in the console."
+            )
         self.actions[action.name] = action
 
     def action(self, name: str) -> Action | None:

@@ -18,7 +18,7 @@ from celery import Task, shared_task
 from . import metrics, notifications, services
 from .audit_seal import checkpoint_webhook_request
 from .errors import TransientExecutionError
-from .publish import DELIVER_AUDIT_CHECKPOINT, EXECUTE_PREVIEW, NOTIFY_COUNTER_PROPOSAL
+from .publish import DELIVER_AUDIT_CHECKPOINT, EXECUTE_PREVIEW, NOTIFY_COUNTER_PROPOSAL, NOTIFY_REVIEWERS
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ def deliver_audit_checkpoint(self: Task, url: str, checkpoint: dict[str, Any], *
     metrics.webhook_delivered("audit_checkpoint", seconds=time.monotonic() - started)
 
 
-@shared_task(name="approvals.notify_reviewers")
+@shared_task(name=NOTIFY_REVIEWERS)
 def notify_reviewers(**kwargs: Any) -> dict[str, Any]:
     report = notifications.notify_reviewers()
     return {

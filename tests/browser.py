@@ -1,5 +1,7 @@
 """Debian's Chromium for the browser tests, driven by Playwright (which never downloads a browser)."""
 
+from __future__ import annotations
+
 import json
 import os
 import re
@@ -8,9 +10,13 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 from unittest import mock
 
 import pytest
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Page
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -31,7 +37,7 @@ requires_chromium = pytest.mark.skipif(
 
 
 @contextmanager
-def chromium() -> Iterator:
+def chromium() -> Iterator[Browser]:
     """Debian's Chromium under Playwright's sync API; on the way out, the browser and the database
     connections the test opened meanwhile are closed.
 
@@ -51,14 +57,14 @@ def chromium() -> Iterator:
             connections.close_all()
 
 
-def log_in(page, username: str, password: str) -> None:
+def log_in(page: Page, username: str, password: str) -> None:
     """Fill the login page the browser is on (labels as a person reads them) and submit it."""
     page.get_by_label("Username").fill(username)
     page.get_by_label("Password").fill(password)
     page.get_by_role("button", name="Log in").click()
 
 
-def log_in_through(page, url: str, username: str, password: str) -> None:
+def log_in_through(page: Page, url: str, username: str, password: str) -> None:
     """Open a page that needs a login: the login page comes first, naming the page to go back to, and
     after logging in the browser is on the page itself."""
     from playwright.sync_api import expect

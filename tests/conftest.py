@@ -1,8 +1,12 @@
 """Shared fixtures. Tests marked `postgres` need real row locks: on SQLite they are skipped,
 unless REQUIRE_POSTGRES=1 (as in CI), where running them on anything else is an error."""
 
+from __future__ import annotations
+
 import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from django.conf import settings
@@ -11,10 +15,17 @@ from rest_framework.test import APIClient
 from approvals.services import agent_session_create
 from tests.factories import OrderFactory, UserFactory
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+    from rest_framework.response import _MonkeyPatchedResponse
+
+    from approvals.models import AgentSession, Preview
+    from refunds.models import Order
+
 ON_POSTGRES = settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
 
 
-def pytest_collection_modifyitems(config, items):
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if ON_POSTGRES:
         return
     if os.environ.get("REQUIRE_POSTGRES") == "1":
@@ -26,7 +37,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _flush_past_the_audit_truncate_trigger():
+def _flush_past_the_audit_truncate_trigger() -> Iterator[None]:
     """PostgreSQL refuses TRUNCATE of the audit tables (a statement-level trigger). A transactional test's
     teardown empties every table with TRUNCATE: only there, in the flush's own transaction, the
     triggers are skipped (`SET LOCAL session_replication_role`, as the superuser the tests run as)."""
@@ -37,13 +48,20 @@ def _flush_past_the_audit_truncate_trigger():
 
     original = DatabaseOperations.sql_flush
 
-    def sql_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False):  # type: ignore[no-untyped-def]
+    def sql_flush(
+        self: DatabaseOperations,
+        style: Any,
+        tables: Sequence[str],
+        *,
+        reset_sequences: bool = False,
+        allow_cascade: bool = False,
+    ) -> list[str]:
         statements = original(self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade)
         return ["SET LOCAL session_replication_role = replica", *statements] if statements else statements
 
-    DatabaseOperations.sql_flush = sql_flush
-    yield
-    DatabaseOperations.sql_flush = original
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(DatabaseOperations, "sql_flush", sql_flush)
+        yield
 
 
 def seal_all(timeout: float = 30.0) -> int:
@@ -63,26 +81,7 @@ def seal_all(timeout: float = 30.0) -> int:
 
 
 @pytest.fixture(autouse=True)
-def _staff_groups(request):
-    """The staff groups come from the actions' data migrations; a transactional test's flush removes
-    them (post_migrate brings the permissions back, not the groups). Put them back as migrated: the
-    roles the registered actions declare (Action.staff_roles)."""
-    if not {"db", "transactional_db", "live_server"} & set(request.fixturenames):
-        return
-    request.getfixturevalue("transactional_db" if "transactional_db" in request.fixturenames else "db")
-    from django.contrib.auth.models import Group, Permission
-
-    from approvals.plugin import registry
-
-    for role in registry.staff_roles():
-        group, _ = Group.objects.get_or_create(name=role.group)
-        for permission in role.permissions:
-            app_label, codename = permission.split(".")
-            group.permissions.add(Permission.objects.get(content_type__app_label=app_label, codename=codename))
-
-
-@pytest.fixture(autouse=True)
-def _login_counters_start_empty():
+def _login_counters_start_empty() -> None:
     """Login attempts are counted per client address in the (per-process) cache: one test's wrong
     passwords from the test client's 127.0.0.1 must not pause the next test's logins."""
     from django.core.cache import cache
@@ -91,35 +90,35 @@ def _login_counters_start_empty():
 
 
 @pytest.fixture
-def alice(db):
-    return UserFactory(username="alice")
+def alice(db: None) -> User:
+    return UserFactory.create(username="alice")
 
 
 @pytest.fixture
-def bob(db):
-    return UserFactory(username="bob")
+def bob(db: None) -> User:
+    return UserFactory.create(username="bob")
 
 
 @pytest.fixture
-def o12(alice):
+def o12(alice: User) -> Order:
     """Seed 000: Alice's order in EUR."""
-    return OrderFactory(number="o-12", customer=alice, currency="EUR", total_minor=1000)
+    return OrderFactory.create(number="o-12", customer=alice, currency="EUR", total_minor=1000)
 
 
 @pytest.fixture
-def o17(bob):
+def o17(bob: User) -> Order:
     """Seed 000: Bob's order in USD."""
-    return OrderFactory(number="o-17", customer=bob, currency="USD", total_minor=1000)
+    return OrderFactory.create(number="o-17", customer=bob, currency="USD", total_minor=1000)
 
 
 @pytest.fixture
-def ord4417(alice):
+def ord4417(alice: User) -> Order:
     """Seed 001: delivered two days after it was placed."""
-    return OrderFactory(number="ORD-4417", customer=alice, currency="EUR", total_minor=2499)
+    return OrderFactory.create(number="ORD-4417", customer=alice, currency="EUR", total_minor=2499)
 
 
 @contextmanager
-def tampering():
+def tampering() -> Iterator[None]:
     """Let a test edit what the database normally refuses to change (audit records, a preview's
     content), as someone with the database's superuser rights could: on PostgreSQL the guarding
     triggers are skipped for the duration, so the application's own checks are what is tested."""
@@ -137,9 +136,16 @@ def tampering():
             cursor.execute("SET session_replication_role = origin")
 
 
-def agent_client_for(user, tools=("refund_order",), **kwargs):
+class AgentClient(APIClient):
+    """An API client with an agent session's bearer token, and the session it belongs to."""
+
+    agent_session: AgentSession
+    token: str
+
+
+def agent_client_for(user: User, tools: Iterable[str] = ("refund_order",), **kwargs: Any) -> AgentClient:
     session, token = agent_session_create(user=user, tools=list(tools), **kwargs)
-    client = APIClient()
+    client = AgentClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
     client.agent_session = session
     client.token = token
@@ -147,23 +153,23 @@ def agent_client_for(user, tools=("refund_order",), **kwargs):
 
 
 @pytest.fixture
-def alice_agent(alice):
+def alice_agent(alice: User) -> AgentClient:
     return agent_client_for(alice)
 
 
 @pytest.fixture
-def bob_agent(bob):
+def bob_agent(bob: User) -> AgentClient:
     return agent_client_for(bob)
 
 
-def events(preview) -> list[str]:
+def events(preview: Preview) -> list[str]:
     """The preview's audit events, in order."""
     from approvals.models import AuditRecord
 
     return list(AuditRecord.objects.filter(preview=preview).order_by("id").values_list("event", flat=True))
 
 
-def assert_nothing_moved(order, *, refunded_minor=0, version=1):
+def assert_nothing_moved(order: Order, *, refunded_minor: int = 0, version: int = 1) -> None:
     """No refund reached the ledger or the local gateway, and the order is as it was."""
     from refunds.models import LocalGatewayRefund, Refund
 
@@ -174,17 +180,17 @@ def assert_nothing_moved(order, *, refunded_minor=0, version=1):
     assert order.version == version
 
 
-def propose(client, name="refund_order", headers=None, **arguments):
+def propose(
+    client: APIClient, name: str = "refund_order", headers: dict[str, str] | None = None, **arguments: Any
+) -> _MonkeyPatchedResponse:
     """POST a tool call with object arguments; returns the response."""
+    # A test response (with .json()): the stubs type APIClient.post as returning a Request.
     return client.post(
-        "/api/agent/tool-calls",
-        {"name": name, "arguments": arguments},
-        format="json",
-        headers=headers or {},
+        "/api/agent/tool-calls", {"name": name, "arguments": arguments}, format="json", headers=headers or {}
     )
 
 
-def give_up_execution(preview, *, effect_possible=False, error="timeout"):
+def give_up_execution(preview: Preview, *, effect_possible: bool = False, error: str = "timeout") -> Preview:
     """Drive an approved preview's execution as a worker that gave up after transient errors: with
     `effect_possible` the effect is unknown, else nothing was done (a retryable refusal)."""
     from django.db import transaction
@@ -204,6 +210,6 @@ def give_up_execution(preview, *, effect_possible=False, error="timeout"):
     return preview
 
 
-def execution_callbacks(callbacks):
+def execution_callbacks(callbacks: Iterable[Callable[[], Any]]) -> list[Callable[[], Any]]:
     """The on_commit callbacks that publish an execution, without the transition listeners' (webhooks)."""
     return [callback for callback in callbacks if not getattr(callback, "is_transition_notice", False)]

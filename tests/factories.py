@@ -1,12 +1,14 @@
 import datetime
+from typing import Any
 
 import factory
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import User
 
 from refunds.models import Order, OrderStatus
 
 
-class UserFactory(factory.django.DjangoModelFactory):
+class UserFactory(factory.django.DjangoModelFactory[User]):
     class Meta:
         model = get_user_model()
         django_get_or_create = ("username",)
@@ -17,7 +19,7 @@ class UserFactory(factory.django.DjangoModelFactory):
     password = factory.PostGenerationMethodCall("set_password", "pass-for-tests")
 
     @classmethod
-    def _after_postgeneration(cls, instance, create, results=None):
+    def _after_postgeneration(cls, instance: Any, create: bool, results: dict[str, Any] | None = None) -> None:
         if create and results:
             instance.save()
 
@@ -27,7 +29,7 @@ class StaffFactory(UserFactory):
     is_staff = True
 
 
-class OrderFactory(factory.django.DjangoModelFactory):
+class OrderFactory(factory.django.DjangoModelFactory[Order]):
     class Meta:
         model = Order
 

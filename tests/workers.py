@@ -8,13 +8,21 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import kombu.pools
 from django.db import connection
 
 from config.celery import app as celery_app
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
+    from approvals.models import Preview
+    from tests.refunds.fake_stripe import FakeStripe
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -77,7 +85,7 @@ def stop(process: subprocess.Popen) -> str:
     return output or ""
 
 
-def wait_for(predicate, timeout: float = 60.0, interval: float = 0.2) -> bool:
+def wait_for(predicate: Callable[[], object], timeout: float = 60.0, interval: float = 0.2) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -126,26 +134,27 @@ def _reset_producer_connections() -> None:
     # Kombu keeps connection pools per broker URL, process-wide; drop them all so the next
     # publish connects afresh to whichever broker is configured now.
     kombu.pools.reset()
-    celery_app._pool = None
-    celery_app.amqp._producer_pool = None
+    celery_app._pool = None  # type: ignore[attr-defined]  # Celery's private pool, not in celery-types
+    celery_app.amqp._producer_pool = None  # type: ignore[attr-defined]  # the same, kept by its AMQP
 
 
 @contextmanager
-def publishing_to(broker_url: str):
+def publishing_to(broker_url: str) -> Iterator[None]:
     """Make this process publish tasks to `broker_url` (not eagerly) for the duration."""
     old_url, old_eager = celery_app.conf.broker_url, celery_app.conf.task_always_eager
-    celery_app.conf.broker_url = broker_url
-    celery_app.conf.task_always_eager = False
+    # An item, not an attribute: celery-types has broker_url as a read-only property; Celery sets both alike.
+    celery_app.conf["broker_url"] = broker_url
+    celery_app.conf["task_always_eager"] = False
     _reset_producer_connections()
     try:
         yield
     finally:
-        celery_app.conf.broker_url = old_url
-        celery_app.conf.task_always_eager = old_eager
+        celery_app.conf["broker_url"] = old_url
+        celery_app.conf["task_always_eager"] = old_eager
         _reset_producer_connections()
 
 
-def proposed_stripe_refund():
+def proposed_stripe_refund() -> tuple[FakeStripe, User, Preview, tuple[tuple[str, str], ...]]:
     """Alice's o-12 (EUR 10.00, paid through `pi_o12` at a fresh Stripe-compatible server) with a
     proposed refund of 5.00: (the server, alice, the preview, the worker settings pointing at it)."""
     from approvals.models import Preview
@@ -155,7 +164,7 @@ def proposed_stripe_refund():
 
     fake = FakeStripe().start()
     fake.add_payment_intent("pi_o12", amount=1000, currency="eur")
-    alice = UserFactory(username="alice")
+    alice = UserFactory.create(username="alice")
     OrderFactory(number="o-12", customer=alice, currency="EUR", total_minor=1000, payment_ref="pi_o12")
     body = propose(agent_client_for(alice), order_id="o-12", amount_minor=500, reason="damaged").json()
     preview = Preview.objects.get(pk=body["preview"]["id"])

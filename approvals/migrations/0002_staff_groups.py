@@ -1,16 +1,11 @@
+"""Once created the staff groups by name. The groups are now the actions' own (Action.staff_roles),
+created with their permissions after every migrate (approvals.staff_roles); this migration does nothing.
+
+It stays, empty, because deployed databases have it recorded and later migrations (approvals 0003,
+invoices 0003) depend on it: deleting it would leave them pointing at a migration that no longer
+exists. Its groups are not removed on a deployed database (people are in them)."""
+
 from django.db import migrations
-
-STAFF_GROUPS = ("Refund reviewers", "Invoice approvers", "Billing")
-
-
-def create_groups(apps, schema_editor):
-    Group = apps.get_model("auth", "Group")
-    for name in STAFF_GROUPS:
-        Group.objects.get_or_create(name=name)
-
-
-def remove_groups(apps, schema_editor):
-    apps.get_model("auth", "Group").objects.filter(name__in=STAFF_GROUPS).delete()
 
 
 class Migration(migrations.Migration):
@@ -19,4 +14,4 @@ class Migration(migrations.Migration):
         ("auth", "0012_alter_user_first_name_max_length"),
     ]
 
-    operations = [migrations.RunPython(create_groups, remove_groups)]
+    operations = []

@@ -2,44 +2,9 @@
 
 from django.db import migrations, models
 
-# The console's permissions, and which staff group holds them. Permissions are normally created
-# after all migrations (post_migrate); they are created here so the groups can be given them now.
-PERMISSIONS = {
-    ("preview", "review_preview"): "Can review previews of actions without a permission of their own",
-    ("preview", "review_refund_order"): "Can approve, reject and retry refund previews",
-    ("preview", "review_send_invoice"): "Can approve, reject and retry invoice send previews",
-    ("auditrecord", "export_auditrecord"): "Can read and export the whole audit log",
-}
-GROUP_PERMISSIONS = {
-    "Refund reviewers": ["review_refund_order", "export_auditrecord"],
-    "Invoice approvers": ["review_send_invoice", "export_auditrecord"],
-}
-
-
-def grant(apps, schema_editor):
-    ContentType = apps.get_model("contenttypes", "ContentType")
-    Permission = apps.get_model("auth", "Permission")
-    Group = apps.get_model("auth", "Group")
-    by_codename = {}
-    for (model, codename), name in PERMISSIONS.items():
-        content_type, _ = ContentType.objects.get_or_create(app_label="approvals", model=model)
-        by_codename[codename], _ = Permission.objects.get_or_create(
-            content_type=content_type, codename=codename, defaults={"name": name}
-        )
-    for group_name, codenames in GROUP_PERMISSIONS.items():
-        group, _ = Group.objects.get_or_create(name=group_name)
-        group.permissions.add(*(by_codename[c] for c in codenames))
-
-
-def revoke(apps, schema_editor):
-    Permission = apps.get_model("auth", "Permission")
-    Group = apps.get_model("auth", "Group")
-    for group_name, codenames in GROUP_PERMISSIONS.items():
-        group = Group.objects.filter(name=group_name).first()
-        if group is not None:
-            group.permissions.remove(
-                *Permission.objects.filter(content_type__app_label="approvals", codename__in=codenames)
-            )
+# It also created the console's permissions and gave the staff groups theirs (a data step); the
+# groups and their permissions now come from the registered actions after every migrate
+# (approvals.staff_roles). The model options below stay: they are the migration state later ones build on.
 
 
 class Migration(migrations.Migration):
@@ -64,5 +29,4 @@ class Migration(migrations.Migration):
             name='event',
             field=models.CharField(choices=[('agent_session_created', 'Agent Session Created'), ('proposal_invalid', 'Proposal Invalid'), ('proposal_forbidden', 'Proposal Forbidden'), ('proposal_refused', 'Proposal Refused'), ('proposed', 'Proposed'), ('proposal_repeated', 'Proposal Repeated'), ('confirmed', 'Confirmed'), ('declined', 'Declined'), ('approved', 'Approved'), ('rejected', 'Rejected'), ('decision_refused', 'Decision Refused'), ('execution_started', 'Execution Started'), ('executed', 'Executed'), ('execution_failed', 'Execution Failed'), ('superseded', 'Superseded'), ('expired', 'Expired'), ('execution_attempt_failed', 'Execution Attempt Failed'), ('retried', 'Retried')], max_length=32),
         ),
-        migrations.RunPython(grant, revoke),
     ]

@@ -1,16 +1,18 @@
-"""send_invoice's staff roles, declared by invoices (invoices.permissions.STAFF_ROLES): the permission
-`invoices.review_send_invoice` on Invoice, held by the group "Invoice approvers" with the audit
-export; "Billing" keeps `invoices.send_any_invoice` (0003).
+"""send_invoice's review permission moves from the engine (`approvals.review_send_invoice`, approvals
+0003) to invoices (`invoices.review_send_invoice`, on Invoice): every group and person holding the old
+one gets the new one instead, and the old one is deleted. On a database that never had the old one
+this does nothing.
 
-Until now the engine declared the review permission as `approvals.review_send_invoice` (approvals
-0003): every group and person holding that one gets the new one instead, and the old one is deleted."""
+The group "Invoice approvers" is no longer made here: invoices declares it
+(invoices.permissions.STAFF_ROLES) and the engine creates it with its permissions after every
+migrate (approvals.staff_roles). The move stays because nothing else knows the old permission's
+name: without it a person or a group holding only the old one would lose the review of invoice sends."""
 
 from django.conf import settings
 from django.db import migrations
 
 CODENAME = "review_send_invoice"
 NAME = "Can approve, reject and retry invoice send previews"
-GROUP = "Invoice approvers"
 
 
 def _permission(apps, app_label, model, codename, name):
@@ -35,15 +37,11 @@ def _move(apps, old, new):
 
 
 def forward(apps, schema_editor):
-    new = _permission(apps, "invoices", "invoice", CODENAME, NAME)
     old = apps.get_model("auth", "Permission").objects.filter(
         content_type__app_label="approvals", codename=CODENAME
     ).first()
     if old is not None:
-        _move(apps, old, new)
-    export = _permission(apps, "approvals", "auditrecord", "export_auditrecord", "Can read and export the whole audit log")
-    group, _ = apps.get_model("auth", "Group").objects.get_or_create(name=GROUP)
-    group.permissions.add(new, export)
+        _move(apps, old, _permission(apps, "invoices", "invoice", CODENAME, NAME))
 
 
 def backward(apps, schema_editor):

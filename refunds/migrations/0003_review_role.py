@@ -1,15 +1,18 @@
-"""refund_order's staff role, declared by refunds (refunds.permissions.STAFF_ROLES): the permission
-`refunds.review_refund_order` on Order, held by the group "Refund reviewers" with the audit export.
+"""refund_order's review permission moves from the engine (`approvals.review_refund_order`, approvals
+0003) to refunds (`refunds.review_refund_order`, on Order): every group and person holding the old
+one gets the new one instead, and the old one is deleted. On a database that never had the old one
+this does nothing.
 
-Until now the engine declared it as `approvals.review_refund_order` (approvals 0003): every group and
-person holding that one gets the new one instead, and the old permission is deleted."""
+The group "Refund reviewers" is no longer made here: refunds declares it (refunds.permissions.STAFF_ROLES)
+and the engine creates it with its permissions after every migrate (approvals.staff_roles). The move
+stays because nothing else knows the old permission's name: without it a person or a group holding
+only the old one would lose the review of refunds."""
 
 from django.conf import settings
 from django.db import migrations
 
 CODENAME = "review_refund_order"
 NAME = "Can approve, reject and retry refund previews"
-GROUP = "Refund reviewers"
 
 
 def _permission(apps, app_label, model, codename, name):
@@ -34,15 +37,11 @@ def _move(apps, old, new):
 
 
 def forward(apps, schema_editor):
-    new = _permission(apps, "refunds", "order", CODENAME, NAME)
     old = apps.get_model("auth", "Permission").objects.filter(
         content_type__app_label="approvals", codename=CODENAME
     ).first()
     if old is not None:
-        _move(apps, old, new)
-    export = _permission(apps, "approvals", "auditrecord", "export_auditrecord", "Can read and export the whole audit log")
-    group, _ = apps.get_model("auth", "Group").objects.get_or_create(name=GROUP)
-    group.permissions.add(new, export)
+        _move(apps, old, _permission(apps, "refunds", "order", CODENAME, NAME))
 
 
 def backward(apps, schema_editor):

@@ -138,6 +138,7 @@ class FakeStripe:
         self._faults: collections.deque[Fault] = collections.deque()
         self._lock = threading.Lock()
         self._closing = threading.Event()
+        self._host = host
         self._server = ThreadingHTTPServer((host, port), _handler_for(self))
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -146,8 +147,7 @@ class FakeStripe:
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{self._host}:{self._server.server_port}"
 
     def start(self) -> FakeStripe:
         self._thread = threading.Thread(
@@ -318,7 +318,9 @@ class FakeStripe:
             extra["Idempotent-Replayed"] = "true"
         return status, body, extra
 
-    def _answer(self, method, path, headers, params) -> tuple[int, dict, float, bool]:
+    def _answer(
+        self, method: str, path: str, headers: dict[str, str], params: dict[str, str]
+    ) -> tuple[int, dict, float, bool]:
         if headers.get("authorization") != f"Bearer {self.api_key}":
             return (*_error(401, "invalid_request_error", "Invalid API Key provided."), 0.0, False)
         if path == "/v1/refunds" and method == "POST":
