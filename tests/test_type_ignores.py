@@ -11,6 +11,7 @@ import io
 import re
 import tokenize
 import tomllib
+import sys
 from pathlib import Path
 
 from django.apps import apps
@@ -33,7 +34,13 @@ def unchecked(names: list[str], packages: list[str], modules: list[str]) -> list
 
 def must_be_checked() -> list[str]:
     """config, every installed app whose code is in this repository, and the tests' helper modules."""
-    local_apps = [c.name for c in apps.get_app_configs() if Path(c.path).resolve().is_relative_to(ROOT)]
+    # The virtual environment may live inside the checkout (make's .venv): its packages are not ours.
+    venv = Path(sys.prefix).resolve()
+    local_apps = [
+        c.name
+        for c in apps.get_app_configs()
+        if Path(c.path).resolve().is_relative_to(ROOT) and not Path(c.path).resolve().is_relative_to(venv)
+    ]
     helpers = [
         f"tests.{path.stem}"
         for path in sorted((ROOT / "tests").glob("*.py"))
