@@ -354,6 +354,12 @@ class Action(ABC):
 
         raise PolicyRefusal(f"A {self.name} preview cannot be changed by a reviewer.", code="counter_not_supported")
 
+    def counter_words(self, preview: Preview, arguments: dict[str, Any]) -> str:
+        """What the reviewer is about to propose, read back from the parsed `arguments` (the result of
+        counter_arguments), for the confirmation step: "a refund of €4.50 instead of €10.00"."""
+        changed = {name: value for name, value in arguments.items() if preview.payload.get(name) != value}
+        return "; ".join(f"{name} {value}" for name, value in changed.items()) or "no change"
+
 
 @dataclass
 class ImportSection:

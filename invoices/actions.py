@@ -348,3 +348,9 @@ class SendInvoiceAction(Action):
                 code=InvoiceRefusal.RECIPIENT_NOT_KNOWN_CONTACT,
             )
         return {"invoice_id": preview.subject_id, "recipient": recipient}
+
+    def counter_words(self, preview: Preview, arguments: dict[str, Any]) -> str:
+        return (
+            f"sending invoice {preview.subject_id} to its billing contact {arguments['recipient']} "
+            f"instead of {preview.payload['recipient']}"
+        )

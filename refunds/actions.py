@@ -384,6 +384,13 @@ class RefundOrderAction(Action):
             ) from error
         return {"order_id": preview.subject_id, "amount_minor": amount_minor, "reason": preview.payload["reason"]}
 
+    def counter_words(self, preview: Preview, arguments: dict[str, Any]) -> str:
+        amount, currency = amount_of(preview)
+        return (
+            f"a refund of {format_minor(arguments['amount_minor'], currency)} on order {preview.subject_id} "
+            f"instead of {format_minor(amount, currency)}"
+        )
+
     def customer_facts(self, preview: Preview) -> list[DisplayRow]:
         order = Order.objects.filter(number=preview.subject_id).first()
         if order is None:
