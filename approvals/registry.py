@@ -293,7 +293,7 @@ class Action(ABC):
     # Staff review hooks. Everything they return must come from the database, never from the agent.
 
     def review_summary(self, preview: Preview) -> str:
-        """One queue row in words: "Refund €120.00 on o-12 for alice, damaged".
+        """One queue row in words: "Refund €120.00 on o-12 for customer “alice”, damaged".
 
         Called once per row of the queue: use only the preview and its `actor` (selected with it).
         """

@@ -23,8 +23,10 @@ from approvals.plugin import (
     RiskFlag,
     RuleResult,
     StandingGrant,
+    agent_chose,
     amount_of,
     audit_record,
+    customer_named,
     format_minor,
 )
 
@@ -189,6 +191,12 @@ class SendInvoiceAction(Action):
 
     def headline(self, preview: Preview) -> str:
         return f"Send invoice {preview.subject_id} to {preview.payload['recipient']}"
+
+    def review_summary(self, preview: Preview) -> str:
+        recipient = preview.payload["recipient"]
+        # A reviewer's counter-proposal chose a known contact; otherwise the agent chose the address.
+        to = recipient if preview.counter_author_id else agent_chose(recipient)
+        return f"Send invoice {preview.subject_id} to {to} for {customer_named(preview.actor.get_username())}"
 
     def display_rows(self, preview: Preview) -> list[DisplayRow]:
         return [

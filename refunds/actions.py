@@ -24,6 +24,7 @@ from approvals.plugin import (
     amount_in_flight_subquery,
     amount_of,
     column_sql,
+    customer_named,
     fetch_one,
     format_minor,
     parse_major,
@@ -250,7 +251,7 @@ class RefundOrderAction(Action):
         reason = preview.payload["reason"]
         return (
             f"Refund {format_minor(*amount_of(preview))} on {preview.subject_id} "
-            f"for {preview.actor.get_username()}, {reason}"
+            f"for {customer_named(preview.actor.get_username())}, {reason}"
         )
 
     def review_facts(self, preview: Preview) -> list[DisplayRow]:
