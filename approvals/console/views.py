@@ -26,12 +26,13 @@ from ..digests import digest_of
 from ..errors import DecisionError, ErrorCode, PolicyRefusal
 from ..models import ApprovalRole, Preview, PreviewStatus
 from ..money import DISPLAY_LOCALE, amounts_typed_in
-from ..presentation import preview_execution, preview_state_key
+from ..presentation import customer_note, preview_execution, preview_state_key
 from ..registry import registry
 from ..review_work import preview_claim, preview_release, previews_decide_many
 from ..services import agent_sessions_revoke, execution_retry, preview_approve, preview_decline, preview_refresh
 from ..types import AuthenticatedHttpRequest
 from ..webhooks import webhook_deliveries_recent
+from ..words import customer_wrote
 from . import selectors
 from .exports import audit_csv, audit_jsonl
 from .forms import (
@@ -122,6 +123,7 @@ def _detail(request: AuthenticatedHttpRequest, preview: Preview, *, status: int 
         "reject_form": RejectForm(initial={"digest": preview.digest}),
         "processing": preview.status == PreviewStatus.APPROVED,
         "state_key": preview_state_key(preview, review.execution),
+        "customer_note": customer_wrote(note) if (note := customer_note(preview)) else "",
         **extra,
     }
     return render(request, "console/detail.html", context, status=status)
