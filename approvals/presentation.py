@@ -253,17 +253,15 @@ def preview_message(preview: Preview, *, base_url: str, confirm_url: str | None 
 
 def preview_envelope(preview: Preview, *, base_url: str) -> dict[str, Any]:
     representation = preview_representation(preview, base_url=base_url)
-    envelope = {
+    return {
         "ok": True,
         "executed": preview.executed,
         "status": preview.status,
         "outcome": representation["outcome"],
         "preview": representation,
         "message": preview_message(preview, base_url=base_url, confirm_url=representation.get("confirm_url")),
+        "customer_note": customer_note(preview),
     }
-    if preview.status == PreviewStatus.DECLINED:
-        envelope["customer_note"] = customer_note(preview)
-    return envelope
 
 
 # What a customer reads when a request of theirs went out of date, by failure code: what happened
