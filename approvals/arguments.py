@@ -109,3 +109,27 @@ class SubjectIdField(StrictCharField):
                 "starting with a letter or digit."
             )
         return value
+
+
+# What an imported username may hold: ASCII letters and digits, then also `. _ @ + -` (Django's own
+# username characters, without the letters of other scripts), at most 150 characters. A username is
+# chosen by the customer and is shown to reviewers in the console, in emails and in chat messages: no
+# spaces, no line breaks, no `<`, `>`, `|` or `!` (Slack markup: `<!channel>`, `<url|text>`), no look-alikes.
+USERNAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,149}")
+
+
+class UsernameField(StrictCharField):
+    """A customer's or staff member's username as the import accepts it (USERNAME_PATTERN)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("max_length", 150)
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        value = super().to_internal_value(data)
+        if not USERNAME_PATTERN.fullmatch(value):
+            raise serializers.ValidationError(
+                f"{value[:80]!r} is not a valid username: use 1 to 150 ASCII letters, digits and . _ @ + - "
+                "starting with a letter or digit."
+            )
+        return value

@@ -54,9 +54,17 @@ from mcp.shared.exceptions import MCPError
 from rest_framework import exceptions
 
 from .api.authentication import AgentTokenAuthentication
-from .api.calls import IDEMPOTENCY_KEY, CallAnswer, current_answer, preview_of_session, tool_call
+from .api.calls import (
+    IDEMPOTENCY_KEY,
+    CallAnswer,
+    body_unparsable,
+    current_answer,
+    preview_of_session,
+    tool_call,
+)
 from .api.errors import error_body
 from .api.formats import session_actions, tool_annotations, tool_definition
+from .api.parsers import StrictJSONError, member_text, strict_json_loads
 from .api.throttling import AgentThrottle
 from .digests import digest_of
 from .errors import ErrorCode
@@ -66,6 +74,7 @@ from .registry import registry
 
 SESSION_SCOPE_KEY = "approvals.agent_session"
 BASE_URL_SCOPE_KEY = "approvals.base_url"
+RAW_ARGUMENTS_SCOPE_KEY = "approvals.raw_arguments"
 CALL_ID_META_KEY = "call_id"
 REQUEST_STATE_SALT = "approvals.mcp.request_state"
 REQUEST_STATE_MAX_AGE_SECONDS = 7 * 24 * 3600
@@ -138,14 +147,35 @@ def _implicit_key(tool_name: str, arguments: Any) -> str:
 
 
 def _answer_call(
-    session: AgentSession, tool_name: str, arguments: Any, call_id: str | None, base_url: str, state: str | None
+    session: AgentSession,
+    tool_name: str,
+    arguments: Any,
+    call_id: str | None,
+    base_url: str,
+    state: str | None,
+    raw_arguments: str | None = None,
 ) -> CallAnswer:
-    """The database side of tools/call, in the request's thread."""
+    """The database side of tools/call, in the request's thread. `raw_arguments` is the arguments' text
+    as received: it is parsed with the REST API's strict rules (the SDK's own parse takes duplicate keys,
+    the last one winning), and it is what the audit keeps."""
     if state is not None:
         return _answer_from_state(session, state, call_id, base_url)
+    if raw_arguments is not None:
+        try:
+            arguments = strict_json_loads(raw_arguments)
+        except StrictJSONError:
+            # Refused by tool_call, which parses the text again, strictly, and audits it as received.
+            return tool_call(
+                session=session,
+                tool_name=tool_name,
+                arguments=raw_arguments,
+                call_id=call_id,
+                idempotency_key=None,
+                base_url=base_url,
+            )
     if call_id is not None:
-        return _answer_keyed(session, tool_name, arguments, call_id, base_url)
-    return _answer_implicitly_keyed(session, tool_name, arguments, base_url)
+        return _answer_keyed(session, tool_name, arguments, call_id, base_url, raw_arguments)
+    return _answer_implicitly_keyed(session, tool_name, arguments, base_url, raw_arguments)
 
 
 def _answer_from_state(session: AgentSession, state: str, call_id: str | None, base_url: str) -> CallAnswer:
@@ -164,7 +194,9 @@ def _answer_from_state(session: AgentSession, state: str, call_id: str | None, b
     return CallAnswer(200, body, replayed=True)
 
 
-def _answer_keyed(session: AgentSession, tool_name: str, arguments: Any, call_id: str, base_url: str) -> CallAnswer:
+def _answer_keyed(
+    session: AgentSession, tool_name: str, arguments: Any, call_id: str, base_url: str, raw_arguments: str | None
+) -> CallAnswer:
     # The call id is the idempotency key, as an Idempotency-Key header would be; one that could not be
     # a header (too long, not visible ASCII) is keyed by its digest.
     key = call_id if IDEMPOTENCY_KEY.match(call_id) else "mcp-call-id:" + digest_of(call_id)
@@ -175,13 +207,16 @@ def _answer_keyed(session: AgentSession, tool_name: str, arguments: Any, call_id
         call_id=call_id,
         idempotency_key=key,
         base_url=base_url,
+        raw_arguments=raw_arguments,
     )
     if answer.replayed:
         return current_answer(answer, session=session, base_url=base_url, call_id=call_id)
     return answer
 
 
-def _answer_implicitly_keyed(session: AgentSession, tool_name: str, arguments: Any, base_url: str) -> CallAnswer:
+def _answer_implicitly_keyed(
+    session: AgentSession, tool_name: str, arguments: Any, base_url: str, raw_arguments: str | None
+) -> CallAnswer:
     """Without a call id, the same tool with the same arguments within a session is the same call."""
     key = _implicit_key(tool_name, arguments)
     earlier = IdempotencyRecord.objects.filter(agent_session=session, key=key).first()
@@ -190,7 +225,13 @@ def _answer_implicitly_keyed(session: AgentSession, tool_name: str, arguments: A
             CallAnswer(200, earlier.response_body, replayed=True), session=session, base_url=base_url, call_id=None
         )
     answer = tool_call(
-        session=session, tool_name=tool_name, arguments=arguments, call_id=None, idempotency_key=None, base_url=base_url
+        session=session,
+        tool_name=tool_name,
+        arguments=arguments,
+        call_id=None,
+        idempotency_key=None,
+        base_url=base_url,
+        raw_arguments=raw_arguments,
     )
     if answer.preview_id is not None:
         # Remembered only for a call that made (or found) a preview: a refused call is checked again.
@@ -250,7 +291,10 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
         call_id = json.dumps(call_id)
     arguments = params.arguments if params.arguments is not None else {}
     retrying = params.input_responses is not None or params.request_state is not None
-    answer = await sync_to_async(_answer_call)(session, params.name, arguments, call_id, base_url, params.request_state)
+    raw_arguments = _scope(ctx).get(RAW_ARGUMENTS_SCOPE_KEY)
+    answer = await sync_to_async(_answer_call)(
+        session, params.name, arguments, call_id, base_url, params.request_state, raw_arguments
+    )
     body = answer.body
     if not body.get("ok", False) and body["error"]["code"] in (ErrorCode.UNKNOWN_TOOL, ErrorCode.TOOL_NOT_ALLOWED):
         # Not one of this session's tools: as for any tool the server does not list, a protocol error.
@@ -384,6 +428,30 @@ def _throttle_wait(session: AgentSession) -> float | None:
     return None
 
 
+def _strict_envelope_refusal(body: bytes, scope: dict[str, Any], session: AgentSession) -> HttpResponse | None:
+    """Hold the message to the REST API's JSON rules before the SDK reads it (duplicate keys, NaN,
+    absurd nesting, lone surrogates), and keep the text of a tools/call's arguments for the call.
+
+    A message whose envelope breaks them is a JSON-RPC parse error, audited like a REST body that is not
+    JSON. The arguments are left to the call (a result with `invalid_arguments`, as for any malformed
+    arguments), which parses their text strictly and audits it as received."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return None  # the SDK answers a body that is not UTF-8 with its own parse error
+    raw_arguments = member_text(text, "params", "arguments")
+    if raw_arguments is not None:
+        scope[RAW_ARGUMENTS_SCOPE_KEY] = raw_arguments
+    envelope = text.replace(raw_arguments, "null", 1) if raw_arguments is not None else text
+    try:
+        strict_json_loads(envelope)
+    except StrictJSONError as error:
+        body_unparsable(session=session, raw_body=text, code=ErrorCode.MALFORMED_REQUEST, message=str(error))
+        answer = {"jsonrpc": "2.0", "id": None, "error": {"code": types.PARSE_ERROR, "message": str(error)}}
+        return JsonResponse(answer, status=400)
+    return None
+
+
 @csrf_exempt
 def mcp_endpoint(request: HttpRequest) -> HttpResponse:
     """POST /mcp: one MCP message (stateless Streamable HTTP, JSON responses)."""
@@ -429,7 +497,11 @@ def mcp_endpoint(request: HttpRequest) -> HttpResponse:
             ),
             status=413,
         )
-    status, headers, content = async_to_sync(_serve)(_asgi_scope(request, session), body)
+    scope = _asgi_scope(request, session)
+    refusal = _strict_envelope_refusal(body, scope, session)
+    if refusal is not None:
+        return refusal
+    status, headers, content = async_to_sync(_serve)(scope, body)
     response = HttpResponse(content, status=status)
     for name, value in headers:
         header = name.decode("latin-1")

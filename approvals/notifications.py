@@ -58,6 +58,7 @@ from .publish import NOTIFY_REVIEWERS, task_publish_later
 from .registry import registry
 from .services import audit_record
 from .transitions import on_preview_transition
+from .words import slack_escaped
 
 logger = logging.getLogger(__name__)
 
@@ -128,8 +129,14 @@ class Item:
     flags: list[str]
 
     def line(self) -> str:
+        """The line of a plain-text email. The summary quotes and names what the customer or the agent
+        chose (approvals.words), on one line, so it cannot pass for the gateway's own words."""
         flags = f" [{'; '.join(self.flags)}]" if self.flags else ""
         return f"- {self.summary}{flags}: {self.url}"
+
+    def slack_line(self) -> str:
+        """The line of the Slack-compatible `text`: the same, with Slack's mentions and links disarmed."""
+        return slack_escaped(self.line())
 
     def as_json(self) -> dict[str, Any]:
         p = self.preview
@@ -227,7 +234,7 @@ def _escalation_emails(items: list[Item]) -> list[EmailMessage]:
 
 def webhook_body(kind: str, items: list[Item]) -> dict[str, Any]:
     heading = _heading(kind, len(items))
-    lines = [item.line() for item in items[:TEXT_LINES]]
+    lines = [item.slack_line() for item in items[:TEXT_LINES]]
     if len(items) > TEXT_LINES:
         lines.append(f"… and {len(items) - TEXT_LINES} more in the queue: {absolute(reverse('console:queue'))}")
     return {

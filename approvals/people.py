@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from rest_framework import serializers
 
-from .arguments import StrictCharField, StrictSerializer
+from .arguments import StrictCharField, StrictSerializer, UsernameField
 from .digests import sha256_hex
 from .registry import registry
 
@@ -18,7 +18,7 @@ def staff_group_names() -> list[str]:
 
 
 class CustomerImportSerializer(StrictSerializer):
-    username = StrictCharField(max_length=150)
+    username = UsernameField()
     email = serializers.EmailField(required=False, allow_blank=True, default="")
     password = StrictCharField(max_length=128, required=False, allow_blank=False)
 

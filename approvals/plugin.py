@@ -49,7 +49,9 @@ from a form, `is_known_currency`, `amount_of(preview)` (the amount and currency 
 one, typed as present). `digest_of(value)` is the SHA-256 of a value's canonical JSON (what a
 preview's digest is made of). Strict argument fields for `Action.arguments_serializer`:
 `StrictSerializer`, `StrictIntegerField`, `StrictCharField`, `StrictChoiceField`, `SubjectIdField`,
-`MAX_SAFE_MINOR`. Views: `AuthenticatedHttpRequest` (a request behind `login_required`).
+`MAX_SAFE_MINOR`. Words someone else chose, in text a reviewer reads (a summary):
+`customer_named(username)`, `agent_chose(text)` (quoted, on one line, said to be theirs). Views:
+`AuthenticatedHttpRequest` (a request behind `login_required`).
 Admin: `ReadOnlyModelAdmin`, `ReadOnlyInline` (an action's records are never edited in the admin).
 Fast rows for hot paths (an execution's recording, a webhook): `fetch_one(model, ...)` reads one row with a
 prepared statement, `insert_rows(instances)` inserts with one statement, `update_fields(instance, names)` is
@@ -111,6 +113,7 @@ from .services import audit_record, proposal_admit
 from .shop_import import ShopDataInvalid
 from .transitions import preview_effect_changed
 from .types import AuthenticatedHttpRequest
+from .words import agent_chose, customer_named
 
 
 def amount_of(preview: Preview) -> tuple[int, str]:
@@ -174,11 +177,13 @@ __all__ = [
     "Subject",
     "SubjectIdField",
     "TransientExecutionError",
+    "agent_chose",
     "amount_in_flight",
     "amount_of",
     "amount_in_flight_subquery",
     "audit_record",
     "column_sql",
+    "customer_named",
     "digest_of",
     "fetch_one",
     "format_minor",

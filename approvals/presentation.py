@@ -8,7 +8,7 @@ from typing import Any
 from django.urls import reverse
 from django.utils import formats, timezone
 
-from .models import ApprovalRole, Execution, ExecutionOutcome, Preview, PreviewStatus
+from .models import ApprovalRole, AuditEvent, AuditRecord, Execution, ExecutionOutcome, Preview, PreviewStatus
 from .registry import registry
 
 
@@ -33,7 +33,10 @@ def preview_representation(preview: Preview, *, base_url: str) -> dict[str, Any]
     data["outcome"] = preview_outcome(preview)
     if preview.status == PreviewStatus.EXECUTED:
         data["result"] = preview.result
-    if preview.failure_code:
+    if preview.status == PreviewStatus.DECLINED:
+        # The customer's note is their words, not the server's: it is in customer_note, never the reason.
+        data["failure"] = {"code": preview.failure_code or "declined", "reason": DECLINED_REASON}
+    elif preview.failure_code:
         data["failure"] = {"code": preview.failure_code, "reason": preview.failure_reason}
     if preview.failure_code == "counter_proposed":
         # A reviewer replaced it: the agent follows the new preview (same agent session).
@@ -42,6 +45,20 @@ def preview_representation(preview: Preview, *, base_url: str) -> dict[str, Any]
     if preview.staff_approvals_needed != 1:
         data["staff_approvals_needed"] = preview.staff_approvals_needed
     return data
+
+
+DECLINED_REASON = "The customer declined."
+
+
+def customer_note(preview: Preview) -> str | None:
+    """What the customer wrote when declining, as the audit recorded it (None: nothing written)."""
+    if preview.status != PreviewStatus.DECLINED:
+        return None
+    record = (
+        AuditRecord.objects.filter(preview=preview, event=AuditEvent.DECLINED).order_by("-pk").values("result").first()
+    )
+    note = (record or {}).get("result", {}).get("note") if record else None
+    return note if isinstance(note, str) and note else None
 
 
 def preview_headline(preview: Preview) -> str:
@@ -145,11 +162,12 @@ STATE_WORDING: dict[str, StateWording] = {
         "Our support team is checking this request. It will not be done a second time.",
         "Needs attention ({code}): {reason}",
     ),
+    # Fixed words: the customer's own note is never part of them (customer_note carries it, marked).
     "declined": StateWording(
         "Declined",
-        "{headline}: declined by the customer, nothing was done. {reason}",
+        "{headline}: declined by the customer, nothing was done. Anything the customer wrote is in customer_note.",
         "You declined this request; nothing was done.",
-        "The customer declined it; nothing was done. {reason}",
+        "The customer declined it; nothing was done.",
     ),
     "rejected": StateWording(
         "Rejected by our support team",
@@ -245,6 +263,7 @@ def preview_envelope(preview: Preview, *, base_url: str) -> dict[str, Any]:
         "outcome": representation["outcome"],
         "preview": representation,
         "message": preview_message(preview, base_url=base_url, confirm_url=representation.get("confirm_url")),
+        "customer_note": customer_note(preview),
     }
 
 

@@ -297,7 +297,7 @@ class Action(ABC):
     # Staff review hooks. Everything they return must come from the database, never from the agent.
 
     def review_summary(self, preview: Preview) -> str:
-        """One queue row in words: "Refund €120.00 on o-12 for alice, damaged".
+        """One queue row in words: "Refund €120.00 on o-12 for customer “alice”, damaged".
 
         Called once per row of the queue: use only the preview and its `actor` (selected with it).
         """
@@ -357,6 +357,12 @@ class Action(ABC):
         from .errors import PolicyRefusal
 
         raise PolicyRefusal(f"A {self.name} preview cannot be changed by a reviewer.", code="counter_not_supported")
+
+    def counter_words(self, preview: Preview, arguments: dict[str, Any]) -> str:
+        """What the reviewer is about to propose, read back from the parsed `arguments` (the result of
+        counter_arguments), for the confirmation step: "a refund of €4.50 instead of €10.00"."""
+        changed = {name: value for name, value in arguments.items() if preview.payload.get(name) != value}
+        return "; ".join(f"{name} {value}" for name, value in changed.items()) or "no change"
 
 
 @dataclass

@@ -17,14 +17,17 @@ from approvals.plugin import (
     FactTable,
     PolicyRefusal,
     Preview,
+    PreviewOrigin,
     Proposal,
     RefusalCode,
     ReviewDocument,
     RiskFlag,
     RuleResult,
     StandingGrant,
+    agent_chose,
     amount_of,
     audit_record,
+    customer_named,
     format_minor,
 )
 
@@ -190,6 +193,12 @@ class SendInvoiceAction(Action):
     def headline(self, preview: Preview) -> str:
         return f"Send invoice {preview.subject_id} to {preview.payload['recipient']}"
 
+    def review_summary(self, preview: Preview) -> str:
+        recipient = preview.payload["recipient"]
+        # Staff chose a known contact (a counter-proposal); otherwise the agent chose the address.
+        to = recipient if preview.origin != PreviewOrigin.AGENT else agent_chose(recipient)
+        return f"Send invoice {preview.subject_id} to {to} for {customer_named(preview.actor.get_username())}"
+
     def display_rows(self, preview: Preview) -> list[DisplayRow]:
         return [
             DisplayRow("Invoice", preview.subject_id),
@@ -348,3 +357,9 @@ class SendInvoiceAction(Action):
                 code=InvoiceRefusal.RECIPIENT_NOT_KNOWN_CONTACT,
             )
         return {"invoice_id": preview.subject_id, "recipient": recipient}
+
+    def counter_words(self, preview: Preview, arguments: dict[str, Any]) -> str:
+        return (
+            f"sending invoice {preview.subject_id} to its billing contact {arguments['recipient']} "
+            f"instead of {preview.payload['recipient']}"
+        )

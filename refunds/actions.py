@@ -24,6 +24,7 @@ from approvals.plugin import (
     amount_in_flight_subquery,
     amount_of,
     column_sql,
+    customer_named,
     fetch_one,
     format_minor,
     parse_major,
@@ -250,7 +251,7 @@ class RefundOrderAction(Action):
         reason = preview.payload["reason"]
         return (
             f"Refund {format_minor(*amount_of(preview))} on {preview.subject_id} "
-            f"for {preview.actor.get_username()}, {reason}"
+            f"for {customer_named(preview.actor.get_username())}, {reason}"
         )
 
     def review_facts(self, preview: Preview) -> list[DisplayRow]:
@@ -383,6 +384,13 @@ class RefundOrderAction(Action):
                 f"The amount is not usable: {error}.", code=RefundRefusal.COUNTER_AMOUNT_INVALID
             ) from error
         return {"order_id": preview.subject_id, "amount_minor": amount_minor, "reason": preview.payload["reason"]}
+
+    def counter_words(self, preview: Preview, arguments: dict[str, Any]) -> str:
+        amount, currency = amount_of(preview)
+        return (
+            f"a refund of {format_minor(arguments['amount_minor'], currency)} on order {preview.subject_id} "
+            f"instead of {format_minor(amount, currency)}"
+        )
 
     def customer_facts(self, preview: Preview) -> list[DisplayRow]:
         order = Order.objects.filter(number=preview.subject_id).first()

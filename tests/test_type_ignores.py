@@ -9,9 +9,9 @@
 
 import io
 import re
+import sys
 import tokenize
 import tomllib
-import sys
 from pathlib import Path
 
 from django.apps import apps

@@ -239,9 +239,12 @@ def tool_call(
     call_id: str | None,
     idempotency_key: str | None,
     base_url: str,
+    raw_arguments: str | None = None,
 ) -> CallAnswer:
-    """Parse, check and propose one call of `tool_name` by `session`; every refusal is audited."""
-    call = _Call(session, tool_name, raw_arguments_text(arguments), call_id)
+    """Parse, check and propose one call of `tool_name` by `session`; every refusal is audited, and the
+    audit keeps `raw_arguments`, the arguments' text as received, when the transport has it."""
+    raw = raw_arguments if raw_arguments is not None else raw_arguments_text(arguments)
+    call = _Call(session, tool_name, raw, call_id)
     action, refusal = _action_or_refusal(call)
     if refusal is not None:
         return refusal

@@ -74,6 +74,57 @@ def strict_json_loads(text: str) -> Any:
     return value
 
 
+_DECODER = json.JSONDecoder()
+
+
+def _skip_space(text: str, position: int) -> int:
+    while position < len(text) and text[position] in " \t\n\r":
+        position += 1
+    return position
+
+
+def member_text(text: str, *path: str) -> str | None:
+    """The text of the value at `path` (object keys from the top) exactly as it stands in the JSON
+    `text`, or None when there is none (or the text is not JSON). Nothing is validated here: the
+    caller parses it strictly, and the audit keeps what was received rather than a re-serialisation."""
+    try:
+        return _member_text(text, 0, path)
+    except (ValueError, IndexError, RecursionError):
+        return None
+
+
+def _member_text(text: str, position: int, path: tuple[str, ...]) -> str | None:
+    position = _skip_space(text, position)
+    if not path:
+        _value, end = _DECODER.raw_decode(text, position)
+        return text[position:end]
+    if text[position] != "{":
+        return None
+    position += 1
+    found: str | None = None
+    while True:
+        position = _skip_space(text, position)
+        if text[position] == "}":
+            return found
+        if text[position] != '"':
+            return None
+        key, position = _DECODER.raw_decode(text, position)
+        position = _skip_space(text, position)
+        if text[position] != ":":
+            return None
+        position = _skip_space(text, position + 1)
+        _value, end = _DECODER.raw_decode(text, position)
+        if key == path[0]:
+            # With duplicate keys the last one is what lenient parsers use: so is it here, and the
+            # strict parse of the whole refuses the document anyway.
+            found = _member_text(text, position, path[1:])
+        position = _skip_space(text, end)
+        if text[position] == ",":
+            position += 1
+        elif text[position] != "}":
+            return None
+
+
 class StrictJSONParser(BaseParser):
     """The one parser of the API. Not a JSONParser subclass on purpose: DRF hands JSONParser
     subclasses `request.body`, which Django refuses past DATA_UPLOAD_MAX_MEMORY_SIZE with an HTML

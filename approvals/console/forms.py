@@ -147,9 +147,13 @@ class BulkDecisionForm(forms.Form):
 
 
 class CounterProposalForm(forms.Form):
-    """A reviewer's change, with the digest of the preview they saw; the fields come from the action."""
+    """A reviewer's change, with the digest of the preview they saw; the fields come from the action.
+
+    Posted twice: first as typed (the console reads it back, "you are proposing €4.50"), then from the
+    confirmation page with `reading`, the digest of the arguments it showed; only that post proposes."""
 
     digest = forms.CharField(max_length=64, min_length=64)
+    reading = forms.CharField(max_length=64, min_length=64, required=False)
 
     def __init__(self, *args: Any, counter_fields: list[CounterField], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -164,6 +168,9 @@ class CounterProposalForm(forms.Form):
 
     def values(self) -> dict[str, str]:
         return {spec.name: str(self.cleaned_data.get(spec.name, "")) for spec in self.counter_fields}
+
+    def typed_fields(self) -> list[forms.BoundField]:
+        return [self[spec.name] for spec in self.counter_fields]
 
 
 class ClaimForm(forms.Form):

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
+from babel import Locale
 from csp.decorators import csp_replace, csp_update
 from django.conf import settings
 from django.contrib import messages
@@ -14,19 +15,23 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, Stream
 from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import translation
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.http import require_GET, require_POST
 
 from ..audit_seal import audit_seal, preview_receipt
 from ..counter import preview_counter_propose
-from ..errors import DecisionError
+from ..digests import digest_of
+from ..errors import DecisionError, ErrorCode, PolicyRefusal
 from ..models import ApprovalRole, Preview, PreviewOrigin, PreviewStatus
-from ..presentation import preview_execution, preview_state_key
+from ..money import DISPLAY_LOCALE, amounts_typed_in
+from ..presentation import customer_note, preview_execution, preview_state_key
 from ..registry import registry
 from ..review_work import preview_claim, preview_release, previews_decide_many
 from ..services import agent_sessions_revoke, execution_retry, preview_approve, preview_decline, preview_refresh
 from ..types import AuthenticatedHttpRequest
+from ..words import customer_wrote
 from . import selectors
 from .exports import audit_csv, audit_jsonl
 from .forms import (
@@ -120,6 +125,7 @@ def _detail(request: AuthenticatedHttpRequest, preview: Preview, *, status: int 
         "reject_form": RejectForm(initial={"digest": preview.digest}),
         "processing": preview.status == PreviewStatus.APPROVED,
         "state_key": preview_state_key(preview, review.execution),
+        "customer_note": customer_wrote(note) if (note := customer_note(preview)) else "",
         **extra,
     }
     return render(request, "console/detail.html", context, status=status)
@@ -458,32 +464,67 @@ def preview_claim_view(request: AuthenticatedHttpRequest, preview_id: Any) -> Ht
     return redirect("console:preview", preview_id=preview.pk)
 
 
+def reviewer_locale(request: HttpRequest) -> str:
+    """The locale a reviewer writes numbers in: their language as Django reads it from the request."""
+    return translation.to_locale(translation.get_language_from_request(request))
+
+
 @reviewer_required
 @require_POST
 def preview_counter_view(request: AuthenticatedHttpRequest, preview_id: Any) -> HttpResponse:
+    """A counter-proposal in two posts: the change as typed is read back on a confirmation page ("you are
+    proposing €4.50"); only the post from that page, carrying the digest of what it showed, proposes."""
     preview = _preview_or_404(request, preview_id)
     action = registry.action(preview.action)
     fields = action.counter_fields(preview) if action else []
     form = CounterProposalForm(request.POST, counter_fields=fields)
-    if not fields:
+    if not fields or action is None:
         return _detail(request, preview, status=409, error="This preview cannot be changed by a reviewer.")
     if not form.is_valid():
         return _detail(
             request, preview, status=400, error="The change was incomplete; nothing was decided.", counter_form=form
         )
-    try:
-        new = preview_counter_propose(
-            preview_id=preview.pk, reviewer=request.user, digest=form.cleaned_data["digest"], values=form.values()
-        )
-    except DecisionError as error:
+    if form.cleaned_data["digest"] != preview.digest:  # read nothing back for a preview that moved on
         return _detail(
             request,
-            _preview_or_404(request, preview_id),
+            preview,
             status=409,
-            error=error.message,
-            error_code=error.code,
-            counter_form=form,
+            error="What you saw is not what this preview says now. Review it again before deciding.",
+            error_code=ErrorCode.DIGEST_MISMATCH,
         )
+    with amounts_typed_in(reviewer_locale(request)) as locale:
+        try:
+            arguments = action.counter_arguments(preview, form.values())
+        except PolicyRefusal as refusal:
+            form.add_error(None, refusal.message)
+            return _detail(
+                request, preview, status=400, error=refusal.message, error_code=refusal.code, counter_form=form
+            )
+        reading = digest_of({"preview": str(preview.pk), "digest": preview.digest, "arguments": arguments})
+        if form.cleaned_data["reading"] != reading:
+            context = {
+                "preview": preview,
+                "form": form,
+                "reading": reading,
+                "proposing": action.counter_words(preview, arguments),
+                "locale_name": Locale.parse(locale).get_display_name(DISPLAY_LOCALE),
+                # Posted again with a reading: what was confirmed no longer reads the same.
+                "changed": bool(form.cleaned_data["reading"]),
+            }
+            return render(request, "console/counter_confirm.html", context, status=409 if context["changed"] else 200)
+        try:
+            new = preview_counter_propose(
+                preview_id=preview.pk, reviewer=request.user, digest=form.cleaned_data["digest"], values=form.values()
+            )
+        except DecisionError as error:
+            return _detail(
+                request,
+                _preview_or_404(request, preview_id),
+                status=409,
+                error=error.message,
+                error_code=error.code,
+                counter_form=form,
+            )
     asked = (
         "the customer is asked to confirm it"
         if new.status == PreviewStatus.AWAITING_CUSTOMER

@@ -148,7 +148,7 @@ def _subject_current_error(preview: Preview, approver: User) -> DecisionError | 
 
 def _preview_say_no(preview: Preview, person: User, role: ApprovalRole, digest: str, note: str) -> None:
     if role == ApprovalRole.CUSTOMER:
-        reason = f"The customer declined: {note}" if note else "The customer declined."
+        reason = "The customer declined."  # the note reaches the agent as customer_note, marked as theirs
         preview_mark(preview, PreviewStatus.DECLINED, code=ErrorCode.DECLINED, reason=reason)
         event = AuditEvent.DECLINED
     else:

@@ -43,7 +43,16 @@ def test_a_new_preview_and_the_same_again_render_as_built(alice, o12, alice_agen
 
     assert (created.http_status, repeated.http_status) == (201, 200)
     for answer in (created, repeated):
-        assert list(answer.body) == ["ok", "executed", "status", "outcome", "preview", "message", "call_id"]
+        assert list(answer.body) == [
+            "ok",
+            "executed",
+            "status",
+            "outcome",
+            "preview",
+            "message",
+            "customer_note",
+            "call_id",
+        ]
         assert json.dumps(answer_data(answer.body)) == json.dumps(answer.body)
 
 

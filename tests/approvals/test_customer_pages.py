@@ -63,17 +63,18 @@ def test_decline_with_a_reason_reaches_the_agent_and_the_console(alice_client, a
     assert response.status_code == 302
     preview.refresh_from_db()
     assert preview.status == PreviewStatus.DECLINED
-    assert preview.failure_reason == "The customer declined: I found the parcel after all"
     record = AuditRecord.objects.get(preview=preview, event="declined")
     assert record.result["note"] == "I found the parcel after all"
 
+    # The agent reads the note in its own field; the server's words never carry it (issue 30).
     agent_view = alice_agent.get(f"/api/agent/previews/{preview.pk}").json()
-    assert "I found the parcel after all" in agent_view["message"]
-    assert agent_view["preview"]["failure"]["reason"].endswith("I found the parcel after all")
+    assert agent_view["customer_note"] == "I found the parcel after all"
+    assert "I found the parcel after all" not in agent_view["message"]
+    assert agent_view["preview"]["failure"]["reason"] == "The customer declined."
 
     reviewer = make_reviewer("rita")
     console = logged_in(reviewer).get(f"/console/previews/{preview.pk}/").content.decode()
-    assert "I found the parcel after all" in console
+    assert "The customer wrote: “I found the parcel after all”" in console
 
     # A reason is optional.
     second = make(alice_agent, "o-40", 2600)

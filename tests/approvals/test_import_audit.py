@@ -182,3 +182,43 @@ def test_ids_outside_the_alphabet_are_refused_by_path(db, bad):
         shop_data_validate(json.dumps(document))
     paths = [problem.split(":")[0] for problem in invalid.value.problems]
     assert "$.orders[0].id" in paths and "$.invoices[0].number" in paths
+
+
+# Usernames have an alphabet too (issue 30) ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("good", ["alice", "sam.b", "ana_maria-2", "bob+shop@example.test", "X" * 150])
+def test_usernames_of_the_alphabet_are_accepted(db, good):
+    shop_data_validate(json.dumps({"customers": [{"username": good}]}))
+    shop_data_validate(json.dumps({"staff": [{"username": good}]}))
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        "<!channel>",
+        "<http://evil.example/console|Open the console>",
+        "alice <!here> approve at once",
+        "alice\nApprove at once",
+        "alice\x00",
+        "ali ce",
+        " alice",
+        "-alice",
+        "al|ice",
+        "ａlice",  # full-width a
+        "аlice",  # Cyrillic а
+        "alice\u200b",
+        "alice\u202e",
+        "X" * 151,
+    ],
+)
+def test_usernames_outside_the_alphabet_are_refused_by_path(db, bad):
+    document = {"customers": [{"username": bad}], "staff": [{"username": bad, "groups": []}]}
+    with pytest.raises(ShopDataInvalid) as invalid:
+        shop_data_validate(json.dumps(document))
+    problems = {problem.split(":")[0]: problem for problem in invalid.value.problems}
+    assert "$.customers[0].username" in problems and "$.staff[0].username" in problems
+    if 0 < len(bad) <= 150:
+        assert "is not a valid username: use 1 to 150 ASCII letters" in problems["$.customers[0].username"]
+    assert not get_user_model().objects.exists()

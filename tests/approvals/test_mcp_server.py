@@ -234,7 +234,7 @@ def test_invalid_arguments_are_an_error_result_and_audited(shop):
     assert "currency" in result.structured_content["error"]["fields"]
     assert Preview.objects.count() == 0
     record = AuditRecord.objects.get(event=AuditEvent.PROPOSAL_INVALID)
-    assert '"currency": "USD"' in record.raw_arguments
+    assert '"currency":"USD"' in record.raw_arguments  # the text the client sent
 
 
 def test_a_tool_the_session_lacks_is_refused_and_audited(shop):

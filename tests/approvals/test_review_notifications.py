@@ -129,7 +129,7 @@ def test_a_burst_of_500_is_one_email_per_reviewer_and_one_webhook(smtp, receiver
     assert body["queue_url"] == f"{BASE}/console/"
     assert body["previews"][0]["url"] == f"{BASE}/console/previews/{previews[0].pk}/"
     assert body["previews"][0]["amount"] == "€120.00" and body["previews"][0]["amount_minor"] == 12000
-    assert body["text"].startswith("500 previews wait for staff review:\n- Refund €120.00 on o-500 for dora")
+    assert body["text"].startswith("500 previews wait for staff review:\n- Refund €120.00 on o-500 for customer “dora”")
     assert "… and 480 more in the queue" in body["text"]  # Slack-sized
 
     assert ReviewNotice.objects.filter(emailed_at__isnull=False, webhooks_sent_at__isnull=False).count() == 500
@@ -256,3 +256,30 @@ def test_a_burst_entering_the_staff_queue_schedules_one_digest(
         settings.CELERY_TASK_ALWAYS_EAGER = True
         cache.delete(KICK_KEY)
     assert scheduled == [{"countdown": 30}]
+
+
+HOSTILE_NAME = '<!channel> <http://evil.example/console|Open the console>\nURGENT” approve at once &amp; "now"'
+
+
+def test_a_customers_chosen_name_is_quoted_and_disarmed_in_every_message(smtp, receiver, reviewers):
+    customer = UserFactory(username=HOSTILE_NAME)  # an account made before the import had an alphabet
+    bulk_previews(1, customer=customer, order_number="o-9")
+
+    report = notify_reviewers()
+    assert (report.emails, report.webhooks, report.failures) == (2, 1, 0)
+
+    shown = "customer “<!channel> <http://evil.example/console|Open the console> URGENT' approve at once &amp; 'now'”"
+    text = receiver.messages[0]["body"]["text"]
+    assert "<!" not in text and "<http" not in text and "|Open the console>" not in text
+    assert text.startswith(
+        "1 preview waits for staff review:\n"
+        "- Refund €120.00 on o-9 for customer “ &lt;http://evil.example/console|Open the console&gt; URGENT' "
+        "approve at once &amp;amp; 'now'”, damaged [First refund of this customer"
+    )
+    assert text.endswith(f"]: {BASE}/console/previews/{Preview.objects.get().pk}/") and text.count("\n") == 1
+    summary = receiver.messages[0]["body"]["previews"][0]["summary"]
+    assert summary == f"Refund €120.00 on o-9 for {shown}, damaged"  # JSON: quoted and named, not escaped
+
+    body = bodies(smtp)["rita@example.test"].get_content()
+    assert f"- Refund €120.00 on o-9 for {shown}, damaged [" in body
+    assert not any(line.startswith("URGENT") for line in body.splitlines())  # no line of its own

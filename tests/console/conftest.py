@@ -1,7 +1,10 @@
 """Console fixtures: reviewers, staff without the permission, and previews waiting for staff."""
 
+import re
+
 import pytest
 from django.contrib.auth.models import Group
+from django.http import HttpResponse
 from django.test import Client
 
 from approvals.models import ApprovalRole, Preview, PreviewStatus
@@ -77,6 +80,24 @@ def proposed(customer, order_number: str, amount_minor: int, reason: str = "dama
     response = propose(agent, order_id=order_number, amount_minor=amount_minor, reason=reason)
     assert response.status_code == 201, response.json()
     return Preview.objects.get(pk=response.json()["preview"]["id"])
+
+
+READING = re.compile(r'name="reading" value="([0-9a-f]{64})"')
+
+
+def counter_read_back(client: Client, preview: Preview, values: dict[str, str], **headers: str) -> HttpResponse:
+    """The first post of a counter-proposal: the console reads the change back, proposing nothing."""
+    return client.post(f"/console/previews/{preview.pk}/counter", {"digest": preview.digest, **values}, **headers)
+
+
+def counter_confirmed(client: Client, preview: Preview, values: dict[str, str], **headers: str) -> HttpResponse:
+    """Both posts of a counter-proposal: read back, then confirmed from the confirmation page."""
+    page = counter_read_back(client, preview, values, **headers)
+    assert page.status_code == 200, page.content.decode()
+    match = READING.search(page.content.decode())
+    assert match, page.content.decode()
+    data = {"digest": preview.digest, "reading": match.group(1), **values}
+    return client.post(f"/console/previews/{preview.pk}/counter", data, **headers)
 
 
 def confirmed(preview: Preview) -> Preview:

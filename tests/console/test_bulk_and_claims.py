@@ -56,7 +56,7 @@ def test_a_changed_preview_is_refused_alone_and_the_rest_proceed(
     assert response.redirect_chain[-1][0] == "/console/?state=awaiting_staff"
     page = response.content.decode()
     assert "You approved 2 previews; each is recorded on its own." in page
-    assert "Not approved: Refund €120.00 on o-72 for alice, damaged. This preview is out of date" in page
+    assert "Not approved: Refund €120.00 on o-72 for customer “alice”, damaged. This preview is out of date" in page
 
     assert {p.status for p in Preview.objects.filter(pk__in=[first.pk, third.pk])} == {PreviewStatus.EXECUTED}
     changed.refresh_from_db()

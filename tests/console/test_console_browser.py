@@ -37,7 +37,7 @@ def test_a_reviewer_approves_a_refund_in_the_console(live_server, alice, setting
         page = browser.new_page(viewport={"width": 1200, "height": 900})
         log_in_through(page, f"{live_server.url}/console/", "sam", PASSWORD)
         expect(page.get_by_role("heading", level=1)).to_have_text("Review queue")
-        row = page.get_by_role("row", name=re.compile("Refund €120.00 on o-77 for alice, damaged"))
+        row = page.get_by_role("row", name=re.compile("Refund €120.00 on o-77 for customer “alice”, damaged"))
         expect(row).to_contain_text("Waiting for staff review")
         expect(row).to_contain_text(re.compile(r"expires in (23|24)\s+hours"))
         page.screenshot(path=str(ARTIFACTS / "console-queue.png"), full_page=True)

@@ -14,7 +14,7 @@ from approvals.services import preview_approve
 from refunds.models import Refund
 from tests.conftest import agent_client_for
 
-from .conftest import confirmed, logged_in, proposed
+from .conftest import confirmed, counter_confirmed, logged_in, proposed
 
 
 def test_a_reviewer_lowers_the_amount_and_the_customer_is_asked_again(
@@ -22,9 +22,7 @@ def test_a_reviewer_lowers_the_amount_and_the_customer_is_asked_again(
 ):
     old = awaiting_staff
     with django_capture_on_commit_callbacks(execute=True):
-        response = reviewer_client.post(
-            f"/console/previews/{old.pk}/counter", {"digest": old.digest, "amount": "80.00"}
-        )
+        response = counter_confirmed(reviewer_client, old, {"amount": "80.00"})
     new = Preview.objects.get(supersedes=old)
     assert response.status_code == 302 and response["Location"] == f"/console/previews/{new.pk}/"
 

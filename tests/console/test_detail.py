@@ -42,7 +42,7 @@ def test_verified_facts_come_from_the_database(
         "Order unchanged since the preview ✓ Passes",
         "Refunds already made on o-77 (ledger)",
         "€200.00 No longer wanted",
-        "Refund €200.00 on o-77 for alice, unwanted Completed",
+        "Refund €200.00 on o-77 for customer “alice”, unwanted Completed",
     ):
         assert fact in verified, fact
     assert Refund.objects.get().gateway_refund_id in verified

@@ -31,7 +31,7 @@ def test_a_row_says_the_action_in_words_with_its_age_and_expiry(awaiting_staff, 
         expires_at=timezone.now() + timedelta(minutes=3, seconds=30),
     )
     page = text(reviewer_client.get("/console/").content.decode())
-    assert "Refund €120.00 on o-77 for alice, damaged" in page
+    assert "Refund €120.00 on o-77 for customer “alice”, damaged" in page
     assert "12 minutes ago" in page
     assert "expires in 3 minutes" in page
     assert "Waiting for staff review 1" in page

@@ -180,7 +180,7 @@ def test_the_pages_at_390_px_and_with_axe(live_server, browser_env, alice, setti
     page.get_by_label(re.compile("Why")).fill("Not needed any more")
     page.get_by_role("button", name="Decline this request").click()
     expect(page.locator("[data-status]")).to_have_attribute("data-status", "declined")
-    assert Preview.objects.get(pk=to_confirm.pk).failure_reason == "The customer declined: Not needed any more"
+    assert Preview.objects.get(pk=to_confirm.pk).failure_reason == "The customer declined."
     customer.close()
 
 

@@ -45,7 +45,7 @@ def test_an_unknown_effect_is_resolved_from_the_console_and_pays_once(
     assert [r.result["attempt"] for r in attempts] == list(range(1, MAX_EXECUTION_RETRIES + 2))
 
     failures = text(reviewer_client.get("/console/failures/").content.decode())
-    assert "Refund €120.00 on o-77 for alice, damaged" in failures
+    assert "Refund €120.00 on o-77 for customer “alice”, damaged" in failures
     assert "effect_unknown" in failures and "the payment provider timed out" in failures
     assert "nothing was done" not in failures.lower()
     assert "Open Refund €120.00" in reviewer_client.get("/console/failures/").content.decode()

@@ -134,7 +134,8 @@ def test_declining_with_a_reason_ends_the_preview_and_the_agent_reads_why(board,
     assert (declined.actor, declined.result["note"]) == (owner, "Wrong board")
     body = agent.get(f"/api/agent/previews/{preview.pk}").json()
     assert (body["status"], body["executed"]) == ("declined", False)
-    assert body["preview"]["failure"] == {"code": "declined", "reason": "The customer declined: Wrong board"}
+    assert body["preview"]["failure"] == {"code": "declined", "reason": "The customer declined."}
+    assert body["customer_note"] == "Wrong board"  # the customer's words, in their own field
     assert Board.objects.get(pk="b-1").title == "Roadmap"
 
 

@@ -34,7 +34,7 @@ def test_the_detail_page_shows_the_exact_email_and_recipient(client, alice, inv1
     preview = _proposed_send(alice)
     client.force_login(_invoice_approver())
     page = client.get(f"/console/previews/{preview.pk}/").content.decode()
-    assert "Send invoice INV-17 to accounts@example.test" in page
+    assert "Send invoice INV-17 to “accounts@example.test” (chosen by the agent) for customer “alice”" in page
     assert "The email exactly as it will be sent" in page
     assert "NOT a known billing contact" in page
     assert "invoice-INV-17.html" in page
@@ -102,7 +102,9 @@ def test_browser_a_reviewer_approves_an_invoice_send_and_sees_it_delivered(
     with chromium() as browser:
         page = browser.new_page(viewport={"width": 1200, "height": 900})
         log_in_through(page, f"{live_server.url}/console/", "ivy", "approver-pass-for-tests")
-        page.get_by_role("link", name=re.compile("Send invoice INV-17 to accounts@example.test")).click()
+        page.get_by_role(
+            "link", name=re.compile("Send invoice INV-17 to “accounts@example.test” \\(chosen by the agent\\)")
+        ).click()
         expect(page.get_by_role("region", name=re.compile("exactly as it will be sent"))).to_contain_text(
             "accounts@example.test"
         )

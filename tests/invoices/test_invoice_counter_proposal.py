@@ -7,6 +7,7 @@ from approvals.errors import DecisionError
 from approvals.models import ApprovalRole, Preview, PreviewStatus
 from approvals.services import preview_approve
 from invoices.models import Delivery
+from tests.console.conftest import counter_confirmed
 
 from .test_invoice_console import _invoice_approver, _proposed_send
 
@@ -27,9 +28,7 @@ def test_the_unknown_recipient_is_flagged_and_replaced_by_a_known_contact(
         )
     assert refused.value.code == "recipient_not_known_contact"
 
-    response = client.post(
-        f"/console/previews/{preview.pk}/counter", {"digest": preview.digest, "recipient": "billing@example.test"}
-    )
+    response = counter_confirmed(client, preview, {"recipient": "billing@example.test"})
     new = Preview.objects.get(supersedes=preview)
     assert response.status_code == 302
     assert new.payload["recipient"] == "billing@example.test"
