@@ -32,7 +32,18 @@ def test_database_url() -> str:
     return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
 
 
-def start_worker(redis_url: str, *extra_env: tuple[str, str], name: str = "w1") -> subprocess.Popen:
+def all_queues() -> list[str]:
+    """Every queue a task is routed to (settings.CELERY_QUEUES_BY_KIND), and the default one."""
+    from django.conf import settings
+
+    routed = {route["queue"] for route in getattr(settings, "CELERY_TASK_ROUTES", {}).values()}
+    return sorted(routed | {getattr(settings, "CELERY_TASK_DEFAULT_QUEUE", "celery")})
+
+
+def start_worker(
+    redis_url: str, *extra_env: tuple[str, str], name: str = "w1", queues: list[str] | None = None
+) -> subprocess.Popen:
+    """A worker of the solo pool consuming `queues` (by default all of them, as one process)."""
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "config.settings",
@@ -56,6 +67,8 @@ def start_worker(redis_url: str, *extra_env: tuple[str, str], name: str = "w1") 
             "--without-heartbeat",
             "-n",
             f"{name}@%h",
+            "-Q",
+            ",".join(queues or all_queues()),
         ],
         cwd=ROOT,
         env=env,
