@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import ipaddress
 import json
 import logging
@@ -198,6 +199,7 @@ def post_within_deadline(url: str, body: bytes, headers: dict[str, str], deadlin
     try:
         return loop.run_until_complete(asyncio.wait_for(_post(url, body, headers, deadline_seconds), deadline_seconds))
     finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
         # Does not wait for an address lookup still running on the loop's executor thread: it ends on its own.
         loop.close()
 
@@ -213,10 +215,11 @@ async def _post(url: str, body: bytes, headers: dict[str, str], deadline_seconds
         client.stream("POST", url, content=body, headers=headers) as response,
     ):
         read = 0
-        async for chunk in response.aiter_raw():
-            read += len(chunk)
-            if read >= RESPONSE_BYTES_MAX:
-                break
+        async with contextlib.aclosing(response.aiter_raw()) as chunks:
+            async for chunk in chunks:
+                read += len(chunk)
+                if read >= RESPONSE_BYTES_MAX:
+                    break
         return response.status_code
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -41,9 +42,15 @@ def all_queues() -> list[str]:
 
 
 def start_worker(
-    redis_url: str, *extra_env: tuple[str, str], name: str = "w1", queues: list[str] | None = None
+    redis_url: str,
+    *extra_env: tuple[str, str],
+    name: str = "w1",
+    queues: list[str] | None = None,
+    concurrency: int = 1,
 ) -> subprocess.Popen:
-    """A worker of the solo pool consuming `queues` (by default all of them, as one process)."""
+    """A worker consuming `queues` (by default all of them, as one process): the solo pool, or the
+    production prefork pool with `concurrency` processes."""
+    pool = ["--pool=solo"] if concurrency == 1 else ["--pool=prefork", f"--concurrency={concurrency}"]
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "config.settings",
@@ -60,7 +67,7 @@ def start_worker(
             "-A",
             "config",
             "worker",
-            "--pool=solo",
+            *pool,
             "--loglevel=INFO",
             "--without-gossip",
             "--without-mingle",
@@ -86,6 +93,19 @@ def stop(process: subprocess.Popen) -> str:
         output, _ = process.communicate(timeout=20)
     except subprocess.TimeoutExpired:
         process.kill()
+        output, _ = process.communicate()
+    return output or ""
+
+
+def stop_now(process: subprocess.Popen) -> str:
+    """Celery's cold shutdown (QUIT: running tasks are abandoned, and delivered again later), then the
+    whole process group, pool processes included, if it has not gone."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGQUIT)
+    try:
+        output, _ = process.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
         output, _ = process.communicate()
     return output or ""
 
