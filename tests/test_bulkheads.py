@@ -174,6 +174,7 @@ def test_long_polls_from_one_token_and_from_many_leave_the_login_page_and_propos
         assert wait_for(up, timeout=60), stop(server)
         pollers = [threading.Thread(target=long_poll, args=(one_token,)) for _ in range(6)]
         pollers += [threading.Thread(target=long_poll, args=(token,)) for token in many_tokens]
+        polls_started = time.monotonic()
         for poller in pollers:
             poller.start()
         time.sleep(1.5)  # every long-poll has reached the server and is held or answered
@@ -196,20 +197,24 @@ def test_long_polls_from_one_token_and_from_many_leave_the_login_page_and_propos
     assert proposal.status_code == 201, proposal.text
     assert proposal.json()["status"] == "awaiting_customer"
     assert proposal.json()["preview"]["id"] != preview_id
-    assert len(waits) == 12, output[-3000:]
     held = [(at, response) for at, response in waits if "Preview-Wait-Declined" not in response.headers]
     declined = [response for _at, response in waits if "Preview-Wait-Declined" in response.headers]
+    assert held, "no long-poll was held at all"
+    # The page and the proposal answered while the held long-polls were still waiting.
+    first_held_returned = min(at for at, _response in held)
+    assert login_answered < first_held_returned and proposal_answered < first_held_returned, (
+        f"the login page answered {login_answered - polls_started:.1f} s and the proposal "
+        f"{proposal_answered - polls_started:.1f} s after the long-polls began; the first held one returned "
+        f"after {first_held_returned - polls_started:.1f} s"
+    )
+    assert len(waits) == 12, output[-3000:]
     # Never an error: every long-poll answered the preview as it is, waited or not.
     for _at, response in waits:
         assert response.status_code == 200, response.text
         assert (response.json()["preview"]["id"], response.json()["status"]) == (preview_id, "awaiting_customer")
-    assert held, "no long-poll was held at all"
     # At most half the threads of each of the two processes (two threads each) wait at once.
     assert len(held) <= 2 and len(declined) >= 10
     assert {response.headers["Preview-Wait-Declined"] for response in declined} <= {"session", "process"}
     for response in declined:
         assert response.headers["Preview-Waited-Seconds"] == "0.0"
-    # The page and the proposal answered while the held long-polls were still waiting.
-    first_held_returned = min(at for at, _response in held)
-    assert login_answered < first_held_returned and proposal_answered < first_held_returned
     assert "Traceback" not in output, output[-3000:]
