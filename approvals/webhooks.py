@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import ipaddress
 import json
 import logging
@@ -215,11 +214,10 @@ async def _post(url: str, body: bytes, headers: dict[str, str], deadline_seconds
         client.stream("POST", url, content=body, headers=headers) as response,
     ):
         read = 0
-        async with contextlib.aclosing(response.aiter_raw()) as chunks:
-            async for chunk in chunks:
-                read += len(chunk)
-                if read >= RESPONSE_BYTES_MAX:
-                    break
+        async for chunk in response.aiter_raw():  # left unfinished: closed with the response, then the loop
+            read += len(chunk)
+            if read >= RESPONSE_BYTES_MAX:
+                break
         return response.status_code
 
 
