@@ -4,16 +4,20 @@ Prometheus come by IP address, often over plain HTTP inside the network).
 
 - GET /healthz: liveness. The process answers; no I/O at all.
 - GET /readyz: readiness. The database answers, every migration is applied, and Redis answers when the
-  Celery broker is Redis. 503 with the name of each check that failed, and nothing more (why it
-  failed goes to the log).
+  Celery broker is Redis; then no Celery queue's oldest waiting message is older than
+  READYZ_QUEUE_AGE_MAX_SECONDS (each queue's length and oldest age are in the body). 503 with the name
+  of each check that failed (and of each stalled queue), and nothing more (why it failed goes to the log).
 - GET /metrics: Prometheus text, for `Authorization: Bearer <METRICS_TOKEN>` only; without
   METRICS_TOKEN the endpoint does not exist (404).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import time
 from functools import cache
+from typing import Any
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
@@ -77,12 +81,14 @@ def check_migrations() -> bool:
     return not missing
 
 
-def check_redis(url: str) -> bool:
+def _redis_client(url: str) -> Any:
     import redis
 
-    client = redis.Redis.from_url(
-        url, socket_connect_timeout=REDIS_TIMEOUT_SECONDS, socket_timeout=REDIS_TIMEOUT_SECONDS
-    )
+    return redis.Redis.from_url(url, socket_connect_timeout=REDIS_TIMEOUT_SECONDS, socket_timeout=REDIS_TIMEOUT_SECONDS)
+
+
+def check_redis(url: str) -> bool:
+    client = _redis_client(url)
     try:
         return bool(client.ping())
     except Exception:  # noqa: BLE001 - connection refused, timeout, auth: not ready either way
@@ -92,26 +98,85 @@ def check_redis(url: str) -> bool:
         client.close()
 
 
-def readiness() -> dict[str, str]:
-    """Each check's name and `ok`, `down`, or `unknown` (not checked: what it needs is down)."""
+def celery_queues() -> list[str]:
+    """Every queue a task is routed to, and the default one."""
+    routed = {route["queue"] for route in settings.CELERY_TASK_ROUTES.values()}
+    return sorted(routed | {settings.CELERY_TASK_DEFAULT_QUEUE})
+
+
+def _published_at(message: bytes | None) -> float | None:
+    if message is None:
+        return None
+    try:
+        stamp = json.loads(message)["headers"]["published_at"]
+    except (ValueError, KeyError, TypeError):
+        return None  # published without the stamp (before it existed): its age is unknown
+    return float(stamp) if isinstance(stamp, int | float) else None
+
+
+def queue_backlog(url: str) -> dict[str, dict[str, float]] | None:
+    """Per queue on the Redis broker: how many messages wait for a worker and the age in seconds of the
+    oldest (0 when none); None when Redis does not answer. kombu pushes on the left and workers pop on
+    the right, so the oldest waiting message is the list's last element."""
+    queues = celery_queues()
+    client = _redis_client(url)
+    try:
+        pipeline = client.pipeline(transaction=False)
+        for queue in queues:
+            pipeline.llen(queue)
+            pipeline.lindex(queue, -1)
+        replies = pipeline.execute()
+    except Exception:  # noqa: BLE001 - as check_redis
+        logger.warning("Readiness: could not read the Celery queues", exc_info=True)
+        return None
+    finally:
+        client.close()
+    now = time.time()
+    backlog: dict[str, dict[str, float]] = {}
+    for index, queue in enumerate(queues):
+        waiting, oldest = replies[2 * index], _published_at(replies[2 * index + 1])
+        age = max(0.0, now - oldest) if oldest is not None else 0.0
+        backlog[queue] = {"waiting": int(waiting), "oldest_seconds": round(age, 1)}
+    return backlog
+
+
+def readiness() -> tuple[dict[str, str], dict[str, dict[str, float]] | None]:
+    """Each check's name and `ok`, `down`, `stalled` (a queue's oldest message is too old) or `unknown`
+    (not checked: what it needs is down); and the Celery queues' backlog when the broker is Redis."""
     checks: dict[str, str] = {}
     database = check_database()
     checks["database"] = "ok" if database else "down"
     checks["migrations"] = ("ok" if check_migrations() else "down") if database else "unknown"
     broker = settings.CELERY_BROKER_URL or ""
+    backlog = None
     if broker.startswith(("redis://", "rediss://")):
-        checks["redis"] = "ok" if check_redis(broker) else "down"
-    return checks
+        redis_up = check_redis(broker)
+        checks["redis"] = "ok" if redis_up else "down"
+        backlog = queue_backlog(broker) if redis_up else None
+        checks["queues"] = "unknown" if backlog is None else "stalled" if stalled_queues(backlog) else "ok"
+    return checks, backlog
+
+
+def stalled_queues(backlog: dict[str, dict[str, float]]) -> list[str]:
+    limit = float(settings.READYZ_QUEUE_AGE_MAX_SECONDS)
+    if limit <= 0:
+        return []
+    return [queue for queue, state in backlog.items() if state["oldest_seconds"] > limit]
 
 
 def readyz(request: HttpRequest) -> HttpResponse:
     if request.method not in READ_METHODS:
         return _not_allowed()
-    checks = readiness()
+    checks, backlog = readiness()
     ready = all(state == "ok" for state in checks.values())
     body: dict[str, object] = {"status": "ready" if ready else "unavailable", "checks": checks}
+    if backlog is not None:
+        body["queues"] = backlog
     if not ready:
-        body["down"] = [name for name, state in checks.items() if state == "down"]
+        body["down"] = [name for name, state in checks.items() if state in ("down", "stalled")]
+    if backlog is not None and (stalled := stalled_queues(backlog)):
+        body["stalled"] = stalled
+        logger.warning("Readiness: Celery queues stalled: %s", ", ".join(stalled))
     return _uncached(JsonResponse(body, status=200 if ready else 503))
 
 

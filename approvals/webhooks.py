@@ -8,8 +8,11 @@ whose body is the same envelope as `GET /api/agent/previews/<id>` plus `"type": 
 with the `webhook-id`, `webhook-timestamp` and `webhook-signature` headers (`standardwebhooks`).
 
 Deliveries never hold up what made the transition: the listener (approvals.transitions, after the
-commit) only inserts the row and publishes the `approvals.deliver_agent_webhook` task. The task makes one
-attempt with a short time-out and schedules the next with exponential back-off and jitter, up to
+commit) only inserts the row and publishes the `approvals.deliver_agent_webhook` task, routed to the
+`deliveries` queue, whose workers are not the ones that execute (settings.CELERY_QUEUES_BY_KIND). The
+task makes one attempt within AGENT_WEBHOOK_DEADLINE_SECONDS for the whole of it (a receiver that
+answers one byte at a time is cut off like one that never answers) and schedules the next with
+exponential back-off and jitter, up to
 AGENT_WEBHOOK_MAX_ATTEMPTS; every attempt is recorded on the row, which the console's agent-sessions page
 shows. With Celery in eager mode (the embedded demo, the tests) there is no worker to hand the attempt
 to, so it runs on a daemon thread instead, never in the executor's own call.
@@ -21,6 +24,7 @@ it from inside its network, so see docs/agents.md for the server-side request fo
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import ipaddress
 import json
@@ -53,6 +57,8 @@ SECRET_PREFIX = "whsec_"
 BACKOFF_MAX_SECONDS = 3600
 RESEND_AFTER_SECONDS = 600  # a pending delivery this late was lost on its way to the broker
 ERROR_CHARACTERS = 500
+# Only the receiver's status counts; of its body no more than this is read before hanging up.
+RESPONSE_BYTES_MAX = 1024
 
 
 def webhook_secret_new() -> str:
@@ -183,6 +189,38 @@ def _backoff(attempts: int) -> float:
     return random.uniform(base / 2, min(BACKOFF_MAX_SECONDS, base * 2 ** (attempts - 1)))
 
 
+def post_within_deadline(url: str, body: bytes, headers: dict[str, str], deadline_seconds: float) -> int:
+    """POST `body` and return the answer's status. Everything (the address check, connecting, sending,
+    the answer's head and up to RESPONSE_BYTES_MAX of its body) happens within `deadline_seconds`, or
+    TimeoutError. httpx's own time-outs apply to each read, which a receiver sending a byte now and
+    then never exceeds; a timer over the whole exchange does not care how the bytes come."""
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(asyncio.wait_for(_post(url, body, headers, deadline_seconds), deadline_seconds))
+    finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        # Does not wait for an address lookup still running on the loop's executor thread: it ends on its own.
+        loop.close()
+
+
+async def _post(url: str, body: bytes, headers: dict[str, str], deadline_seconds: float) -> int:
+    host = urlsplit(url).hostname or ""
+    if not settings.AGENT_WEBHOOK_ALLOW_PRIVATE and await asyncio.get_running_loop().run_in_executor(
+        None, _is_private, host
+    ):
+        raise ValueError(f"{host} resolves to a private or loopback address")
+    async with (
+        httpx.AsyncClient(timeout=deadline_seconds, follow_redirects=False) as client,
+        client.stream("POST", url, content=body, headers=headers) as response,
+    ):
+        read = 0
+        async for chunk in response.aiter_raw():  # left unfinished: closed with the response, then the loop
+            read += len(chunk)
+            if read >= RESPONSE_BYTES_MAX:
+                break
+        return response.status_code
+
+
 def webhook_attempt(delivery_id: int) -> float | None:
     """One attempt; records it. Returns the seconds until the next attempt, or None when done."""
     delivery = WebhookDelivery.objects.select_related("agent_session").filter(pk=delivery_id).first()
@@ -195,20 +233,13 @@ def webhook_attempt(delivery_id: int) -> float | None:
         **sign(delivery.agent_session.webhook_secret, delivery.message_id, timezone.now(), body),
     }
     error, status_code = "", None
+    deadline = float(settings.AGENT_WEBHOOK_DEADLINE_SECONDS)
     try:
-        host = urlsplit(delivery.url).hostname or ""
-        if not settings.AGENT_WEBHOOK_ALLOW_PRIVATE and _is_private(host):
-            raise ValueError(f"{host} resolves to a private or loopback address")
-        response = httpx.post(
-            delivery.url,
-            content=body.encode("utf-8"),
-            headers=headers,
-            timeout=settings.AGENT_WEBHOOK_TIMEOUT_SECONDS,
-            follow_redirects=False,
-        )
-        status_code = response.status_code
+        status_code = post_within_deadline(delivery.url, body.encode("utf-8"), headers, deadline)
         if not 200 <= status_code < 300:
             error = f"HTTP {status_code}"
+    except TimeoutError:
+        error = f"Deadline: no whole answer within {deadline:g} s"
     except (httpx.HTTPError, ValueError, OSError) as failure:
         error = f"{type(failure).__name__}: {failure}"
     delivery.attempts += 1

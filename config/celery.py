@@ -1,6 +1,7 @@
 import logging
 import logging.config
 import os
+import time
 from typing import Any
 
 from celery import Celery, Task
@@ -56,6 +57,16 @@ def send_log_context(headers: dict[str, Any] | None = None, **kwargs: Any) -> No
     context = logs.current()
     if headers is not None and context:
         headers[LOG_CONTEXT_HEADER] = dict(context)
+
+
+# The message header that says when it was published: /readyz reads it off the oldest waiting message.
+PUBLISHED_AT_HEADER = "published_at"
+
+
+@before_task_publish.connect
+def stamp_published_at(headers: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    if headers is not None:
+        headers[PUBLISHED_AT_HEADER] = time.time()
 
 
 @task_prerun.connect

@@ -17,14 +17,18 @@ def _int(name: str, default: int) -> int:
 
 bind = os.environ.get("GUNICORN_BIND") or f"{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}"
 
-# Synchronous workers, 2 × cores + 1 processes: each request's Python work holds its process's GIL, so
-# threads in one process only queue behind each other (and behind a request holding a row lock), while
-# an extra process per core keeps the cores busy during database round trips. `make bench` measured
-# sync 5 processes ahead of gthread 3 × 4 and 2 × 8 on two cores (docs/benchmarks.md). Needs a proxy
-# in front that buffers slow clients (any load balancer or nginx does).
+# 2 × cores + 1 processes of two threads each. Each request's Python work holds its process's GIL, so
+# more threads in one process only queue behind each other (`make bench` measured sync 5 processes ahead
+# of gthread 3 × 4 and 2 × 8 on two cores, docs/benchmarks.md), while an extra process per core keeps
+# the cores busy during database round trips. The second thread is for the agents' long-polls
+# (`?wait=`), which sleep: at most half a process's threads wait (AGENT_PREVIEW_WAITS_MAX), so every
+# process always has a thread for pages and proposals. Needs a proxy in front that buffers slow clients
+# (any load balancer or nginx does).
 workers = _int("WEB_CONCURRENCY", 2 * multiprocessing.cpu_count() + 1)
-worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "sync")
-threads = _int("GUNICORN_THREADS", 1)
+worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "gthread")
+threads = _int("GUNICORN_THREADS", 2)
+# The application (loaded after this file, preload_app) sizes its per-process wait limit from it.
+os.environ["GUNICORN_THREADS"] = str(threads)
 
 # Keep-alive (gthread only) for the load balancer's connections; a request that takes longer than
 # `timeout` is killed (its transaction rolls back); workers are recycled now and then to bound memory.

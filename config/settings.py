@@ -145,6 +145,34 @@ CELERY_TASK_TIME_LIMIT = 300
 # Celery closes the database connection around every task unless told to reuse it; config/celery.py
 # drops it instead when it is past DATABASE_CONN_MAX_AGE or broken, as Django does around requests.
 CELERY_DB_REUSE_MAX = env.int("CELERY_DB_REUSE_MAX", default=1000)
+# Queues by kind, each consumed by a worker pool of its own (Procfile, deploy/systemd, docs/operations.md),
+# so that a slow webhook receiver or mail server never holds up money: `executions` (refunds, invoice
+# sends, the sweepers and the resolver), `deliveries` (agent webhooks, audit checkpoints to webhooks and
+# witnesses), `notifications` (reviewer mail and messages, customer mail). Every task is routed by name;
+# tests/test_task_routes.py refuses a registered task missing here.
+CELERY_QUEUES_BY_KIND = {
+    "executions": [
+        "approvals.execute_preview",
+        "approvals.dispatch_stalled_previews",
+        "approvals.resolve_unknown_executions",
+        "approvals.expire_previews",
+        "refunds.reconcile",
+    ],
+    "deliveries": [
+        "approvals.deliver_agent_webhook",
+        "approvals.resend_due_webhooks",
+        "approvals.deliver_audit_checkpoint",
+    ],
+    "notifications": [
+        "approvals.notify_reviewers",
+        "approvals.notify_counter_proposal",
+        "refunds.notify_refund_status",
+    ],
+}
+CELERY_TASK_ROUTES = {task: {"queue": queue} for queue, tasks in CELERY_QUEUES_BY_KIND.items() for task in tasks}
+CELERY_TASK_DEFAULT_QUEUE = "executions"
+# /readyz answers 503 naming a queue whose oldest waiting message is older than this (0: not checked).
+READYZ_QUEUE_AGE_MAX_SECONDS = env.float("READYZ_QUEUE_AGE_MAX_SECONDS", default=120.0)
 # Longer than any task run plus its longest retry delay, or a running task is delivered twice.
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=3600),
@@ -192,13 +220,21 @@ AGENT_SESSIONS_PER_USER_MAX = env.int("AGENT_SESSIONS_PER_USER_MAX", default=5)
 # Throttled and malformed tool calls are counted per session, minute and kind (approvals.CallTally);
 # only the first ones of each minute also get a full audit record, so a flood cannot fill the log.
 AGENT_REJECTED_CALLS_AUDITED_PER_MINUTE = env.int("AGENT_REJECTED_CALLS_AUDITED_PER_MINUTE", default=10)
-# GET /api/agent/previews/<id>?wait=N holds a sync worker while it waits: capped below GUNICORN_TIMEOUT,
-# the preview read every AGENT_PREVIEW_WAIT_POLL_SECONDS (approvals/api/previews.py).
+# GET /api/agent/previews/<id>?wait=N holds a web thread while it waits: capped below GUNICORN_TIMEOUT,
+# the preview read every AGENT_PREVIEW_WAIT_POLL_SECONDS (approvals/api/previews.py). At most
+# AGENT_PREVIEW_WAITS_PER_SESSION_MAX waits per agent session (counted in the cache, across processes) and
+# AGENT_PREVIEW_WAITS_MAX per web process (half its threads, GUNICORN_THREADS, or 1) hold at once; past
+# either the answer is the state now, with the header Preview-Wait-Declined.
 AGENT_PREVIEW_WAIT_MAX_SECONDS = env.int("AGENT_PREVIEW_WAIT_MAX_SECONDS", default=10)
 AGENT_PREVIEW_WAIT_POLL_SECONDS = env.float("AGENT_PREVIEW_WAIT_POLL_SECONDS", default=0.5)
-# Agent session webhooks (approvals/webhooks.py): delivery attempts and the time-out of each.
+AGENT_PREVIEW_WAITS_PER_SESSION_MAX = env.int("AGENT_PREVIEW_WAITS_PER_SESSION_MAX", default=2)
+AGENT_PREVIEW_WAITS_MAX = env.int(
+    "AGENT_PREVIEW_WAITS_MAX", default=max(1, env.int("GUNICORN_THREADS", default=1) // 2)
+)
+# Agent session webhooks (approvals/webhooks.py): delivery attempts and the whole time of each (the
+# address lookup, connecting, sending and reading the answer, of which at most 1 KiB is read).
 AGENT_WEBHOOK_MAX_ATTEMPTS = env.int("AGENT_WEBHOOK_MAX_ATTEMPTS", default=8)
-AGENT_WEBHOOK_TIMEOUT_SECONDS = env.float("AGENT_WEBHOOK_TIMEOUT_SECONDS", default=5.0)
+AGENT_WEBHOOK_DEADLINE_SECONDS = env.float("AGENT_WEBHOOK_DEADLINE_SECONDS", default=10.0)
 AGENT_WEBHOOK_BACKOFF_SECONDS = env.float("AGENT_WEBHOOK_BACKOFF_SECONDS", default=10.0)
 # Webhook URLs resolving to private, loopback or link-local addresses are refused unless this is set
 # (server-side request forgery, docs/agents.md); the embedded demo and the tests allow them.

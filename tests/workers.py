@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -40,7 +41,24 @@ def test_database_url() -> str:
     return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
 
 
-def start_worker(redis_url: str, *extra_env: tuple[str, str], name: str = "w1") -> subprocess.Popen:
+def all_queues() -> list[str]:
+    """Every queue a task is routed to (settings.CELERY_QUEUES_BY_KIND), and the default one."""
+    from django.conf import settings
+
+    routed = {route["queue"] for route in getattr(settings, "CELERY_TASK_ROUTES", {}).values()}
+    return sorted(routed | {getattr(settings, "CELERY_TASK_DEFAULT_QUEUE", "celery")})
+
+
+def start_worker(
+    redis_url: str,
+    *extra_env: tuple[str, str],
+    name: str = "w1",
+    queues: list[str] | None = None,
+    concurrency: int = 1,
+) -> subprocess.Popen:
+    """A worker consuming `queues` (by default all of them, as one process): the solo pool, or the
+    production prefork pool with `concurrency` processes."""
+    pool = ["--pool=solo"] if concurrency == 1 else ["--pool=prefork", f"--concurrency={concurrency}"]
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "config.settings",
@@ -57,13 +75,15 @@ def start_worker(redis_url: str, *extra_env: tuple[str, str], name: str = "w1") 
             "-A",
             "config",
             "worker",
-            "--pool=solo",
+            *pool,
             "--loglevel=INFO",
             "--without-gossip",
             "--without-mingle",
             "--without-heartbeat",
             "-n",
             f"{name}@%h",
+            "-Q",
+            ",".join(queues or all_queues()),
         ],
         cwd=ROOT,
         env=env,
@@ -81,6 +101,19 @@ def stop(process: subprocess.Popen) -> str:
         output, _ = process.communicate(timeout=20)
     except subprocess.TimeoutExpired:
         process.kill()
+        output, _ = process.communicate()
+    return output or ""
+
+
+def stop_now(process: subprocess.Popen[str]) -> str:
+    """Celery's cold shutdown (QUIT: running tasks are abandoned, and delivered again later), then the
+    whole process group, pool processes included, if it has not gone."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGQUIT)
+    try:
+        output, _ = process.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
         output, _ = process.communicate()
     return output or ""
 

@@ -30,7 +30,7 @@ from .authentication import AgentTokenAuthentication, request_agent_session, req
 from .calls import CallAnswer, body_unparsable, envelope_invalid, storable, tool_call
 from .errors import error_body, error_code
 from .formats import FORMATS, tool_listing
-from .previews import preview_wait_for_change, session_previews
+from .previews import preview_wait, session_previews
 from .serializers import (
     PREVIEW_PAGE_SIZE,
     TOOL_LISTING,
@@ -247,12 +247,14 @@ class PreviewStatusView(AgentAPIView):
         if preview is None:
             raise Http404
         preview = preview_refresh(preview=preview)
-        waited = None
+        waited, declined = None, None
         if query.get("wait"):
-            preview, waited = preview_wait_for_change(preview, query["wait"])
+            preview, waited, declined = preview_wait(preview, query["wait"], request_agent_session(request).pk)
         response = Response(answer_data(preview_envelope(preview, base_url=self.base_url())))
         if waited is not None:
             response["Preview-Waited-Seconds"] = f"{waited:.1f}"
+        if declined is not None:
+            response["Preview-Wait-Declined"] = declined
         return response
 
 

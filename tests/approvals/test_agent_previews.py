@@ -170,3 +170,73 @@ def test_call_id_is_echoed_and_audited_for_every_kind_of_answer(alice, o12):
     assert by_event[AuditEvent.PROPOSED]["call_id"] == "call_A"
     assert by_event[AuditEvent.PROPOSAL_REFUSED]["call_id"] == "call_B"
     assert by_event[AuditEvent.PROPOSAL_INVALID]["call_id"] == "call_C"
+
+
+def test_a_wait_over_the_sessions_limit_answers_the_state_at_once_saying_so(alice, o12, settings, monkeypatch):
+    settings.AGENT_PREVIEW_WAIT_MAX_SECONDS = 30
+    settings.AGENT_PREVIEW_WAITS_PER_SESSION_MAX = 0
+    agent = agent_client_for(alice)
+    preview_id = make_previews(agent, o12, 1)[0]
+    monkeypatch.setattr("approvals.api.previews.time.sleep", lambda seconds: pytest.fail("it waited"))
+    response = agent.get(f"/api/agent/previews/{preview_id}?wait=30")
+    assert response.status_code == 200
+    assert response.json() == agent.get(f"/api/agent/previews/{preview_id}").json()
+    assert response.json()["status"] == "awaiting_customer"
+    assert (response["Preview-Wait-Declined"], response["Preview-Waited-Seconds"]) == ("session", "0.0")
+
+
+def test_waits_hold_at_most_their_slots_per_session_and_per_process_and_give_them_back(settings, monkeypatch):
+    """The limits' accounting, with waits held open by the test: a third wait of a session holding its
+    two, or any wait past the process's, answers at once; once they end, their slots are free again."""
+    import itertools
+    import threading
+    import uuid
+
+    from approvals.api import previews
+
+    settings.AGENT_PREVIEW_WAITS_PER_SESSION_MAX = 2
+    settings.AGENT_PREVIEW_WAITS_MAX = 3
+    release, entered = threading.Event(), threading.Semaphore(0)
+
+    def held(preview, seconds):
+        entered.release()
+        assert release.wait(10)
+        return preview, 1.0
+
+    monkeypatch.setattr(previews, "preview_wait_for_change", held)
+    preview = object()
+    # Session ids of this run only: the counts live in the shared cache.
+    first, second, third = itertools.islice(itertools.count(uuid.uuid4().int % 10**9 * 10), 3)
+    holders = [threading.Thread(target=previews.preview_wait, args=(preview, 5, session)) for session in (first, first)]
+    holders.append(threading.Thread(target=previews.preview_wait, args=(preview, 5, second)))
+    for holder in holders:
+        holder.start()
+        assert entered.acquire(timeout=5)
+    try:
+        assert previews.preview_wait(preview, 5, first) == (preview, 0.0, "session")
+        assert previews.preview_wait(preview, 5, third) == (preview, 0.0, "process")
+    finally:
+        release.set()
+        for holder in holders:
+            holder.join(timeout=10)
+    assert previews.preview_wait(preview, 5, first) == (preview, 1.0, None)
+    assert previews.preview_wait(preview, 5, third) == (preview, 1.0, None)
+
+
+def test_the_client_pauses_before_asking_again_when_a_wait_is_declined(monkeypatch):
+    import httpx
+    from approval_gateway_client import DECLINED_WAIT_PAUSE_SECONDS, GatewayClient
+
+    answers = iter(["awaiting_customer", "awaiting_customer", "executed"])
+
+    def server(request):
+        status = next(answers)
+        declined = {"Preview-Wait-Declined": "session"} if status != "executed" and "wait" in request.url.params else {}
+        return httpx.Response(200, json={"ok": True, "status": status}, headers=declined)
+
+    slept = []
+    monkeypatch.setattr("approval_gateway_client.time.sleep", slept.append)
+    with GatewayClient("http://gateway.test", "agt_x", http=httpx.Client(transport=httpx.MockTransport(server))) as gw:
+        answer = gw.wait_for_outcome("p-1", timeout=60)
+    assert answer.status == "executed" and answer.wait_declined is None
+    assert slept == [DECLINED_WAIT_PAUSE_SECONDS]

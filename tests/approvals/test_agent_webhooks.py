@@ -225,7 +225,7 @@ def test_the_console_lists_deliveries_and_failures(alice, published, client):
 @pytest.mark.django_db(transaction=True)
 def test_a_dead_endpoint_never_delays_a_refund(settings):
     """The real path: Celery eager, so the attempt runs on a thread of its own; the endpoint takes 3 s."""
-    settings.AGENT_WEBHOOK_TIMEOUT_SECONDS = 10
+    settings.AGENT_WEBHOOK_DEADLINE_SECONDS = 10
     settings.AGENT_WEBHOOK_MAX_ATTEMPTS = 1
     slow = Receiver(delay=3.0)
     try:

@@ -1,12 +1,16 @@
 """/healthz and /readyz: no authentication, no audit, any Host header, and 503 naming what is down."""
 
+import time
+
 import pytest
 from django.db import connection
 from django.test import override_settings
 
 from approvals import operations
 from approvals.models import AuditRecord
+from approvals.publish import task_publish
 from tests.operations.helpers import closed_port, unreachable_database
+from tests.workers import PrivateRedis, publishing_to, start_worker, stop, wait_for
 
 # Probes come by IP address, over plain HTTP, whatever ALLOWED_HOSTS and HTTPS say.
 PROBE = {"HTTP_HOST": "10.1.2.3:8000"}
@@ -45,9 +49,11 @@ def test_readyz_checks_redis_when_the_broker_is_redis(client, db, settings):
     if not settings.REDIS_URL:
         pytest.skip("needs REDIS_URL")
     settings.CELERY_BROKER_URL = settings.REDIS_URL
+    # Other tests leave messages in the shared Redis's queues: their age is tested on a Redis of its own below.
+    settings.READYZ_QUEUE_AGE_MAX_SECONDS = 0
     response = client.get("/readyz", **PROBE)
     assert response.status_code == 200
-    assert response.json()["checks"] == {"database": "ok", "migrations": "ok", "redis": "ok"}
+    assert response.json()["checks"] == {"database": "ok", "migrations": "ok", "redis": "ok", "queues": "ok"}
 
 
 def test_readyz_with_redis_down_is_503_naming_redis(client, db, settings):
@@ -56,9 +62,66 @@ def test_readyz_with_redis_down_is_503_naming_redis(client, db, settings):
     assert response.status_code == 503
     assert response.json() == {
         "status": "unavailable",
-        "checks": {"database": "ok", "migrations": "ok", "redis": "down"},
+        "checks": {"database": "ok", "migrations": "ok", "redis": "down", "queues": "unknown"},
         "down": ["redis"],
     }
+
+
+@pytest.fixture
+def private_broker(settings):
+    """A Redis of the test's own as the broker, so that no other test's messages are in its queues."""
+    broker = PrivateRedis()
+    broker.start()
+    settings.CELERY_BROKER_URL = broker.url
+    try:
+        with publishing_to(broker.url):
+            yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.mark.redis
+def test_readyz_reports_each_queue_and_answers_503_naming_a_stalled_one(client, db, settings, private_broker):
+    settings.READYZ_QUEUE_AGE_MAX_SECONDS = 0.5
+    # Published as the services publish (by name), with nobody consuming the deliveries queue.
+    task_publish("approvals.deliver_agent_webhook", 1)
+    task_publish("approvals.deliver_agent_webhook", 2)
+    fresh = client.get("/readyz", **PROBE)
+    assert fresh.status_code == 200, fresh.json()
+    assert fresh.json()["queues"]["deliveries"]["waiting"] == 2
+    assert fresh.json()["queues"]["executions"] == {"waiting": 0, "oldest_seconds": 0.0}
+
+    assert wait_for(lambda: client.get("/readyz", **PROBE).status_code == 503, timeout=10)
+    stalled = client.get("/readyz", **PROBE).json()
+    assert stalled["status"] == "unavailable"
+    assert stalled["checks"] == {"database": "ok", "migrations": "ok", "redis": "ok", "queues": "stalled"}
+    assert stalled["down"] == ["queues"] and stalled["stalled"] == ["deliveries"]
+    assert stalled["queues"]["deliveries"]["waiting"] == 2
+    assert stalled["queues"]["deliveries"]["oldest_seconds"] > 0.5
+    assert stalled["queues"]["executions"] == {"waiting": 0, "oldest_seconds": 0.0}
+    assert stalled["queues"]["notifications"] == {"waiting": 0, "oldest_seconds": 0.0}
+
+    # A worker of that queue drains it (the messages name no delivery row: each attempt finds none).
+    worker = start_worker(private_broker.url, queues=["deliveries"])
+    try:
+        assert wait_for(lambda: client.get("/readyz", **PROBE).status_code == 200, timeout=60)
+    finally:
+        output = stop(worker)
+    assert client.get("/readyz", **PROBE).json()["queues"]["deliveries"] == {"waiting": 0, "oldest_seconds": 0.0}, (
+        output[-2000:]
+    )
+
+
+@pytest.mark.redis
+def test_readyz_without_a_threshold_reports_the_queues_but_never_stalls(client, db, settings, private_broker):
+    settings.READYZ_QUEUE_AGE_MAX_SECONDS = 0
+    task_publish("approvals.notify_reviewers")
+    time.sleep(0.2)
+    response = client.get("/readyz", **PROBE)
+    assert response.status_code == 200
+    assert response.json()["checks"]["queues"] == "ok"
+    assert response.json()["queues"]["notifications"]["waiting"] == 1
+    assert response.json()["queues"]["notifications"]["oldest_seconds"] > 0
 
 
 def test_readyz_with_the_database_down_is_503_naming_it_and_nothing_more(client, monkeypatch, no_broker):

@@ -27,6 +27,9 @@ __all__ = [
 
 # A preview in one of these states changes no more.
 FINAL_STATUSES = frozenset({"executed", "declined", "rejected", "expired", "superseded", "failed"})
+# When the server declines to hold a long-poll (Preview-Wait-Declined: too many waits of this session or
+# of its process), wait_for_outcome pauses this long before asking again instead of asking at once.
+DECLINED_WAIT_PAUSE_SECONDS = 2.0
 WEBHOOK_TOLERANCE_SECONDS = 5 * 60
 
 
@@ -47,6 +50,8 @@ class Answer:
 
     status_code: int
     body: dict[str, Any] = field(repr=False)
+    # `session` or `process` when a long-poll was answered at once instead of held (Preview-Wait-Declined).
+    wait_declined: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -155,7 +160,7 @@ class GatewayClient:
         """The preview as it is now; with `wait`, as soon as it changes (the server caps the wait)."""
         params = {"wait": str(wait)} if wait else None
         response = self._request("GET", f"/api/agent/previews/{preview_id}", params=params, timeout=(wait or 0) + 30)
-        return Answer(response.status_code, self._json(response))
+        return Answer(response.status_code, self._json(response), response.headers.get("Preview-Wait-Declined"))
 
     def previews(self, *, status: str | list[str] | None = None, page: int = 1) -> dict[str, Any]:
         """One page of this session's previews, newest first (`results`, `next`)."""
@@ -181,6 +186,8 @@ class GatewayClient:
             if left <= 0:
                 break
             answer = self.preview(preview_id, wait=max(1, min(wait, int(left))))
+            if answer.wait_declined and answer.status not in until:
+                time.sleep(min(DECLINED_WAIT_PAUSE_SECONDS, max(0.0, deadline - time.monotonic())))
         return answer
 
 
