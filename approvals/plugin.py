@@ -101,11 +101,9 @@ from .registry import (
     RuleResult,
     StaffRole,
     StandingGrant,
-    Subject,
     registry,
 )
-from .rows import column_sql, fetch_one, insert_rows, update_fields
-from .selectors import amount_in_flight, amount_in_flight_subquery
+from .selectors import amount_in_flight, amount_in_flight_expression
 from .services import audit_record, proposal_admit
 from .shop_import import ShopDataInvalid
 from .transitions import preview_effect_changed
@@ -170,18 +168,14 @@ __all__ = [
     "StrictChoiceField",
     "StrictIntegerField",
     "StrictSerializer",
-    "Subject",
     "SubjectIdField",
     "TransientExecutionError",
     "amount_in_flight",
+    "amount_in_flight_expression",
     "amount_of",
-    "amount_in_flight_subquery",
     "audit_record",
-    "column_sql",
     "digest_of",
-    "fetch_one",
     "format_minor",
-    "insert_rows",
     "is_known_currency",
     "parse_major",
     "preview_effect_changed",
@@ -189,5 +183,4 @@ __all__ = [
     "register_action",
     "register_import_section",
     "registry",
-    "update_fields",
 ]
