@@ -33,9 +33,7 @@ def test_a_rename_preview_has_no_amount_in_the_agent_api_or_its_schema(board, ag
     assert {"amount_minor", "currency"} <= set(schemas["RefundOrderPreview"]["properties"])
 
 
-def test_the_queue_of_a_reviewer_of_renames_only_has_no_amount_column_and_no_currency_filter(
-    board, agent, reviewer
-):
+def test_the_queue_of_a_reviewer_of_renames_only_has_no_amount_column_and_no_currency_filter(board, agent, reviewer):
     awaiting_staff(agent)
 
     page = html(logged_in(reviewer).get("/console/"))
