@@ -8,7 +8,8 @@ Three limits, each off unless its setting is set (docs/payments.md):
   actor, whichever session or person proposed it) over the last 30 days, per currency;
 * `SPEND_LIMIT_AGENT_HOURLY_COUNT` (`60`): the proposals one agent session may make per rolling hour.
 
-The amounts count proposals of actions that spend (`Action.counts_toward_spending_limits`); the count
+The amounts count proposals of actions that spend (`Action.proposes_amount` and
+`Action.counts_toward_spending_limits`); the count
 counts every proposal of the session. A preview counts while it waits for a person, is approved, being
 executed, executed or needs attention; declined, rejected, expired, superseded and failed previews do
 not, nor those whose effect the outside world undid later (`Action.spending_reversed`, e.g. a refund
@@ -98,8 +99,14 @@ def day_start(now: datetime | None = None) -> datetime:
     return local.replace(hour=0, minute=0, second=0, microsecond=0)
 
 
+def spends_money(action: Action) -> bool:
+    """Whether the action's amounts count toward the spending limits: it proposes amounts and declares
+    them money going out (a refund); an action without money never does, whatever else it says."""
+    return action.proposes_amount and action.counts_toward_spending_limits
+
+
 def spending_actions() -> list[Action]:
-    return [action for action in registry.actions.values() if action.counts_toward_spending_limits]
+    return [action for action in registry.actions.values() if spends_money(action)]
 
 
 def _counted(queryset: QuerySet[Preview]) -> QuerySet[Preview]:
@@ -159,7 +166,7 @@ def spend_limits_check(
     applies.
     """
     # A proposal without an amount (an action moving no money) counts only toward the hourly count.
-    money_out = action.counts_toward_spending_limits and amount_minor is not None and bool(currency)
+    money_out = spends_money(action) and amount_minor is not None and bool(currency)
     spent, spent_in = (amount_minor or 0, currency or "") if money_out else (0, "")
     daily = _limit_for(settings.SPEND_LIMIT_AGENT_DAILY, spent_in) if money_out and agent_session else None
     hourly = settings.SPEND_LIMIT_AGENT_HOURLY_COUNT if agent_session else None
@@ -189,7 +196,7 @@ def spend_limits_check(
 def spend_limits_recheck(*, preview: Preview, action: Action) -> SpendLimitExceeded | None:
     """At execution: whether this preview's amount, with everything else counted, is past a spending
     limit now (a limit lowered since it was proposed). The proposal count is not asked again."""
-    if not action.counts_toward_spending_limits or preview.amount_minor is None or not preview.currency:
+    if not spends_money(action) or preview.amount_minor is None or not preview.currency:
         return None
     if not (settings.SPEND_LIMIT_AGENT_DAILY or settings.SPEND_LIMIT_CUSTOMER_30D):
         return None

@@ -9,10 +9,22 @@ What is here, by what it is for:
 optional, None for an action that moves no money), `DisplayRow`, `RuleResult`, `FactTable`,
 `CounterField`, `RiskFlag`, `ReviewDocument`, `StandingGrant`, `Link` (a page of the action's own:
 `Action.customer_home` says where a customer sees their things, `Action.console_links` adds console
-pages). `Subject` is the protocol of the row an action acts on (`pk`, `owner`, `version`). Declarative
-hooks with defaults: `proposes_amount` (False for an action moving no money), `subject_changed_words`
-(the customer's explanation when the subject changed), `searchable_payload_fields` (the console's
-search), `counts_toward_spending_limits`, `idempotent_effect`, `can_look_up_effect`.
+pages). Declarative hooks with defaults: `proposes_amount` (False unless the action declares money:
+then its previews carry an amount, the quorum and the console's amount column apply to it),
+`subject_changed_words` (the customer's explanation when the subject changed),
+`searchable_payload_fields` (the console's search), `counts_toward_spending_limits`,
+`idempotent_effect`, `can_look_up_effect`, `effect_performer` (who makes the effect, in the engine's
+words: "the payment provider") and `effect_reference(effect)` (how people find it: "reference re_1").
+
+**The subject.** The action names the row it acts on: `subject_model`, `subject_type`,
+`subject_id_field` (the id people see), `subject_owner_field`, `subject_version_field`, and its refusal
+`subject_unavailable_code` / `subject_unavailable_message`. The engine does the rest:
+`proposal_subject(actor=, subject_id=)` looks it up among the actor's own in one query (raising the one
+refusal for a foreign and a missing subject alike), `lock_subject` locks it before execution scoped the
+same way (a subject that changed hands is refused as unavailable), `subject_version` reads its version.
+`subject_queryset(actor)` says which subjects a person may act on (their own; invoices let billing staff
+send any), `proposal_subject_queryset(actor)` what a proposal reads with it (refunds annotate
+`amount_in_flight_expression`).
 
 **Registering it.** In the app's `AppConfig.ready()`: `register_action(MyAction())`, and
 `register_import_section(ImportSection(...))` for a top-level key of `import_shop_data`'s file
@@ -34,8 +46,9 @@ codes a staff retry may mend in `Action.retryable_failure_codes`.
 
 **What an action reads of the engine's records.** `Preview` (with `PreviewStatus`, `OPEN_STATUSES`,
 `ApprovalRole` for `Proposal.required_approvals`), `Execution` and `ExecutionOutcome`, `AuditEvent`.
-Read them; only the engine changes them. `amount_in_flight` / `amount_in_flight_subquery`: what
-approved previews on a subject are paying right now (so two refunds cannot both take the remainder).
+Read them; only the engine changes them. `amount_in_flight(...)`: what approved previews on a subject
+are paying right now (so two refunds cannot both take the remainder); `amount_in_flight_expression(...)`
+is the same as an ORM expression to annotate the subjects of a query with.
 
 **What an action may tell the engine.** `audit_record(...)` appends to the audit log (in the caller's
 transaction). `preview_effect_changed(preview)` says the outside world changed an executed preview's
@@ -53,10 +66,7 @@ preview's digest is made of). Strict argument fields for `Action.arguments_seria
 `customer_named(username)`, `agent_chose(text)` (quoted, on one line, said to be theirs). Views:
 `AuthenticatedHttpRequest` (a request behind `login_required`).
 Admin: `ReadOnlyModelAdmin`, `ReadOnlyInline` (an action's records are never edited in the admin).
-Fast rows for hot paths (an execution's recording, a webhook): `fetch_one(model, ...)` reads one row with a
-prepared statement, `insert_rows(instances)` inserts with one statement, `update_fields(instance, names)` is
-`save(update_fields=names)` without the ORM's compiling, `column_sql(model, name)` is a quoted column for raw
-SQL; use the ORM everywhere else.
+Actions read and write their own rows with the plain ORM; the engine's hand-built statements are its own.
 """
 
 from __future__ import annotations
@@ -104,11 +114,9 @@ from .registry import (
     RuleResult,
     StaffRole,
     StandingGrant,
-    Subject,
     registry,
 )
-from .rows import column_sql, fetch_one, insert_rows, update_fields
-from .selectors import amount_in_flight, amount_in_flight_subquery
+from .selectors import amount_in_flight, amount_in_flight_expression
 from .services import audit_record, proposal_admit
 from .shop_import import ShopDataInvalid
 from .transitions import preview_effect_changed
@@ -174,20 +182,16 @@ __all__ = [
     "StrictChoiceField",
     "StrictIntegerField",
     "StrictSerializer",
-    "Subject",
     "SubjectIdField",
     "TransientExecutionError",
     "agent_chose",
     "amount_in_flight",
+    "amount_in_flight_expression",
     "amount_of",
-    "amount_in_flight_subquery",
     "audit_record",
-    "column_sql",
     "customer_named",
     "digest_of",
-    "fetch_one",
     "format_minor",
-    "insert_rows",
     "is_known_currency",
     "parse_major",
     "preview_effect_changed",
@@ -195,5 +199,4 @@ __all__ = [
     "register_action",
     "register_import_section",
     "registry",
-    "update_fields",
 ]

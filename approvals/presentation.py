@@ -9,7 +9,7 @@ from django.urls import reverse
 from django.utils import formats, timezone
 
 from .models import ApprovalRole, AuditEvent, AuditRecord, Execution, ExecutionOutcome, Preview, PreviewStatus
-from .registry import registry
+from .registry import Action, registry
 
 
 def confirm_path(preview: Preview) -> str:
@@ -123,21 +123,21 @@ STATE_WORDING: dict[str, StateWording] = {
     ),
     "failed_after_check": StateWording(
         "Failed",
-        "{headline}: failed, the provider refused it and nothing was done. Reason: {reason}",
+        "{headline}: failed, {performer} refused it and nothing was done. Reason: {reason}",
         "It could not be carried out, and nothing was done. Reason: {reason}",
-        "The provider refused it for good ({code}): {reason} Nothing moved; a retry cannot change this.",
+        "{Performer} refused it for good ({code}): {reason} Nothing was done; a retry cannot change this.",
     ),
     "effect_unknown": StateWording(
         "Being checked",
-        "{headline}: we could not confirm the result with the provider yet. It will not be done a second "
+        "{headline}: we could not confirm the result with {performer} yet. It will not be done a second "
         "time; we are checking, and this status will change once we know.",
-        "We could not confirm this with the provider yet. It will not be done a second time; we are checking.",
+        "We could not confirm this with {performer} yet. It will not be done a second time; we are checking.",
         "The effect is unknown ({code}): {reason} The resolver looks it up before anything is tried again; "
         "it is never made twice.",
     ),
     "effect_unrecorded": StateWording(
         "Done, records being updated",
-        "{headline}: carried out at the provider, but our records could not be updated yet. It will not be "
+        "{headline}: carried out by {performer}, but our records could not be updated yet. It will not be "
         "done again; our staff are correcting the records.",
         "This was carried out, but our records are still being updated. It will not be done again.",
         "The effect was made but could not be recorded ({code}): {reason} Mend the data, then record it again.",
@@ -231,8 +231,11 @@ def preview_state_words(preview: Preview, audience: str, execution: Execution | 
     if preview.status == PreviewStatus.EXECUTED:
         outcome = action.outcome_text(preview) if action else f"{preview_headline(preview)}: completed."
         title = (action.outcome_title(preview) if action else None) or title
+    performer = action.effect_performer if action else Action.effect_performer
     text = getattr(wording, audience).format(
         headline=preview_headline(preview),
+        performer=performer,
+        Performer=performer[:1].upper() + performer[1:],
         reason=preview.failure_reason or "none given",
         code=preview.failure_code,
         outcome=outcome,

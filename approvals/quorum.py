@@ -64,7 +64,8 @@ def _bands(value: str) -> tuple[QuorumBand, ...]:
 def staff_approvals_needed(action: str, currency: str | None, amount_minor: int | None) -> int | None:
     """The number of distinct staff approvers REVIEW_QUORUM asks for, or None when no band applies.
 
-    A preview without an amount (an action moving no money) is met only by `*` bands from 0."""
+    Asked only for an action that proposes amounts (Action.proposes_amount; an action without money
+    never gets a quorum); a preview of one without an amount is met only by `*` bands from 0."""
     if not settings.REVIEW_QUORUM:
         return None
     currencies = (currency.upper(), ANY_CURRENCY) if currency else (ANY_CURRENCY,)

@@ -9,15 +9,15 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.core.exceptions import ImproperlyConfigured
 
-from .errors import EffectLookupUnavailable
+from .errors import EffectLookupUnavailable, ErrorCode, PolicyRefusal
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-    from django.db.models import Model
+    from django.db.models import Model, QuerySet
     from rest_framework.serializers import Serializer
 
     from .models import Preview
@@ -37,22 +37,6 @@ class Proposal:
     currency: str | None = None
     #: Who must approve (ApprovalRole values): at least one.
     required_approvals: list[str]
-
-
-@runtime_checkable
-class Subject(Protocol):
-    """What an action's subject row (an order, an invoice) offers the engine.
-
-    `pk` names the row, `owner` is the person whose subject it is (the customer who confirms), and
-    `version` is an integer the action raises on every change that matters to a preview: the engine
-    records it in the preview and refuses to execute when it moved (`subject_changed`).
-    """
-
-    pk: Any
-    version: int
-
-    @property
-    def owner(self) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -163,7 +147,7 @@ class Action(ABC):
     #: Whether this action's proposals carry an amount and currency (Proposal.amount_minor): the agent
     #: API's schema then documents `amount_minor` and `currency` in its preview. False for an action
     #: that moves no money.
-    proposes_amount: bool = True
+    proposes_amount: bool = False
     #: Payload fields the console's search also looks in (text fields, e.g. an invoice's "recipient").
     searchable_payload_fields: tuple[str, ...] = ()
     #: The staff groups this action needs, with their permissions (see StaffRole).
@@ -201,13 +185,75 @@ class Action(ABC):
         """Check ownership and policy against trusted data; raise PolicyRefusal or return a Proposal."""
         ...
 
-    @abstractmethod
+    # The subject: the row the action acts on, named here so that the engine looks it up, refuses it
+    # and locks it the same way for every action.
+
+    #: The model of the subject (an order, an invoice).
+    subject_model: ClassVar[type[Model]]
+    #: A short word for the subject (`Proposal.subject_type`, the console's audit page per subject).
+    subject_type: ClassVar[str] = ""
+    #: The field holding the id people see (`Proposal.subject_id`, e.g. an order's `number`).
+    subject_id_field: ClassVar[str] = "pk"
+    #: The field naming the person whose subject it is (the customer who confirms).
+    subject_owner_field: ClassVar[str] = "owner"
+    #: The integer field the action raises on every change that matters to a preview.
+    subject_version_field: ClassVar[str] = "version"
+    #: The refusal for a subject the actor may not act on: one answer, code and words, for a subject of
+    #: someone else's and for one that does not exist, so that nobody learns which ids exist.
+    #: `{subject_type}` and `{subject_id}` are filled in.
+    subject_unavailable_code: ClassVar[str] = ErrorCode.SUBJECT_UNAVAILABLE
+    subject_unavailable_message: ClassVar[str] = "The {subject_type} {subject_id} is not available to you."
+
+    def subject_queryset(self, actor: Any) -> QuerySet[Any]:
+        """The subjects this person may act on: their own. Override to widen it (staff who may act on
+        any subject) or narrow it; a proposal's lookup and the lock before execution both use it.
+        This default also takes the person's primary key instead of the person."""
+        return self.subject_model._default_manager.filter(**{self.subject_owner_field: actor})
+
+    def proposal_subject_queryset(self, actor: Any) -> QuerySet[Any]:
+        """What a proposal reads the subject from: `subject_queryset`, which an action may extend for
+        its policy in the same query (annotate what is being paid right now)."""
+        return self.subject_queryset(actor)
+
+    def subject_unavailable(self, subject_id: Any) -> PolicyRefusal:
+        message = self.subject_unavailable_message.format(subject_type=self.subject_type, subject_id=subject_id)
+        return PolicyRefusal(message, code=self.subject_unavailable_code)
+
+    def proposal_subject(self, *, actor: Any, subject_id: Any) -> Any:
+        """The subject a proposal names, among those the actor may act on, in one query; raises
+        `subject_unavailable` (the same for a foreign subject and a missing one)."""
+        subject = self.proposal_subject_queryset(actor).filter(**{self.subject_id_field: subject_id}).first()
+        if subject is None:
+            raise self.subject_unavailable(subject_id)
+        return subject
+
     def lock_subject(self, preview: Preview) -> Model | None:
-        """Lock and return the subject row (select_for_update); None if it disappeared."""
-        ...
+        """Lock and return the subject (select_for_update) as the preview's actor may act on it now;
+        None if it disappeared or is no longer theirs: the checks before execution then refuse it as
+        unavailable, so the owner's re-check is the lock itself."""
+        # The default scope needs only the owner's id, which the preview holds: no read of the person.
+        own_scope = type(self).subject_queryset is Action.subject_queryset
+        actor = preview.actor_id if own_scope else preview.actor
+        return (
+            self.subject_queryset(actor)
+            .select_for_update(of=("self",))
+            .filter(**{self.subject_id_field: preview.subject_id})
+            .first()
+        )
+
+    def lock_subject_to_record(self, preview: Preview) -> Model | None:
+        """Lock the subject whoever it belongs to now: the effect is made and must be written down."""
+        return (
+            self.subject_model._default_manager.select_for_update(of=("self",))
+            .filter(**{self.subject_id_field: preview.subject_id})
+            .first()
+        )
+
+    def subject_id_of(self, subject: Model) -> str:
+        return str(getattr(subject, self.subject_id_field))
 
     def subject_version(self, subject: Model) -> int:
-        return subject.version  # type: ignore[attr-defined]  # every subject model has a version field
+        return int(getattr(subject, self.subject_version_field))
 
     @abstractmethod
     def revalidate(self, *, preview: Preview, subject: Model) -> None:
@@ -218,6 +264,16 @@ class Action(ABC):
     #: provider's idempotency key). If not (plain SMTP), the engine makes the effect while holding
     #: the preview's lock, so that two runs at once cannot both make it.
     idempotent_effect: bool = True
+    #: Who makes the effect, in the words the engine's pages use for it ("the payment provider refused
+    #: it for good", "we could not confirm the result with the mail server yet").
+    effect_performer: ClassVar[str] = "the system carrying it out"
+
+    def effect_reference(self, effect: dict[str, Any] | None) -> str:
+        """How a person finds the effect outside ("reference re_123"), from what `perform` returned;
+        this default reads its `reference`."""
+        if effect and effect.get("reference"):
+            return f"reference {effect['reference']}"
+        return "no reference"
 
     @abstractmethod
     def perform(self, *, preview: Preview, subject: Model | None = None) -> dict[str, Any]:

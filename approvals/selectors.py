@@ -4,19 +4,21 @@ from functools import cache
 from typing import Any
 
 from django.db import connection
+from django.db.models import BigIntegerField, OuterRef, Subquery, Sum, Value
+from django.db.models.functions import Coalesce
 
 from .models import EFFECT_IN_FLIGHT_OUTCOMES, Execution, Preview
 from .rows import statement_cursor
 
 
 @cache
-def _amount_in_flight_sql(*, subject_id: str, excluding: bool) -> str:
+def _amount_in_flight_sql(*, excluding: bool) -> str:
     quote = connection.ops.quote_name
     previews, executions = quote(Preview._meta.db_table), quote(Execution._meta.db_table)
     outcomes = ", ".join(["%s"] * len(EFFECT_IN_FLIGHT_OUTCOMES))
     sql = (
         f"SELECT COALESCE(SUM(p.amount_minor), 0) FROM {previews} p JOIN {executions} e ON e.preview_id = p.id "
-        f"WHERE p.subject_id = {subject_id} AND p.subject_type = %s AND e.outcome IN ({outcomes})"
+        f"WHERE p.subject_id = %s AND p.subject_type = %s AND e.outcome IN ({outcomes})"
     )
     return sql + " AND p.id <> %s" if excluding else sql
 
@@ -34,11 +36,22 @@ def amount_in_flight(*, subject_type: str, subject_id: str, exclude: Any = None)
         pk = Preview._meta.pk
         params.append(pk.get_db_prep_value(pk.to_python(exclude), connection))
     with statement_cursor() as cursor:
-        cursor.execute(_amount_in_flight_sql(subject_id="%s", excluding=exclude is not None), params)
+        cursor.execute(_amount_in_flight_sql(excluding=exclude is not None), params)
         return int(cursor.fetchone()[0])
 
 
-def amount_in_flight_subquery(*, subject_type: str, subject_id_column: str) -> tuple[str, list[Any]]:
-    """amount_in_flight as a scalar subquery (SQL, parameters) over a column of the caller's own query,
-    for `rows.fetch_one(extra=...)`: the subject and what is in flight on it in one round trip."""
-    return _amount_in_flight_sql(subject_id=subject_id_column, excluding=False), _amount_in_flight_params(subject_type)
+def amount_in_flight_expression(*, subject_type: str, subject_id_field: str) -> Coalesce:
+    """amount_in_flight as an expression over the subjects of the caller's own query (its field holding
+    the subject id), to annotate them with: the subject and what is in flight on it in one query."""
+    in_flight = (
+        Preview.objects.filter(
+            subject_type=subject_type,
+            subject_id=OuterRef(subject_id_field),
+            execution__outcome__in=EFFECT_IN_FLIGHT_OUTCOMES,
+        )
+        .order_by()
+        .values("subject_id")
+        .annotate(total=Sum("amount_minor"))
+        .values("total")
+    )
+    return Coalesce(Subquery(in_flight), Value(0), output_field=BigIntegerField())

@@ -47,14 +47,6 @@ class InvoiceRefusal(RefusalCode):
     RECIPIENT_NOT_KNOWN_CONTACT = "recipient_not_known_contact"
 
 
-def invoice_unavailable(invoice_id: str) -> PolicyRefusal:
-    # The same words whether the invoice belongs to someone else or does not exist.
-    return PolicyRefusal(
-        f"Invoice {invoice_id} is not available: no such invoice may be sent by you.",
-        code=InvoiceRefusal.INVOICE_UNAVAILABLE,
-    )
-
-
 def recipient_problem(recipient: str) -> str | None:
     if any(ch.isspace() or ch in ",;<>\"'" for ch in recipient) or not recipient.isprintable():
         return "must be one bare address, without names, spaces, separators or line breaks"
@@ -63,13 +55,6 @@ def recipient_problem(recipient: str) -> str | None:
     except ValidationError:
         return "is not a valid email address"
     return None
-
-
-def invoices_sendable_by(actor: Any) -> Any:
-    queryset = Invoice.objects.all()
-    if actor.has_perm(SEND_ANY_INVOICE):
-        return queryset
-    return queryset.filter(customer=actor)
 
 
 def send_invoice_policy_check(*, invoice: Invoice, recipient: str) -> None:
@@ -94,6 +79,16 @@ class SendInvoiceAction(Action):
         "result says whether it was sent. Report that status, not your own conclusion."
     )
     arguments_serializer = SendInvoiceArguments
+    subject_model = Invoice
+    subject_type = "invoice"
+    subject_id_field = "number"
+    subject_owner_field = "customer"
+    subject_unavailable_code = InvoiceRefusal.INVOICE_UNAVAILABLE
+    # The same words whether the invoice belongs to someone else or does not exist.
+    subject_unavailable_message = "Invoice {subject_id} is not available: no such invoice may be sent by you."
+    # The invoice's total is shown (and counted by REVIEW_QUORUM); it is not money going out.
+    proposes_amount = True
+    effect_performer = "the mail server"
     # SMTP has no idempotency key: the engine sends under the preview's lock, one run at a time.
     idempotent_effect = False
     review_permission = APPROVE_SENDS
@@ -103,15 +98,19 @@ class SendInvoiceAction(Action):
     def may_use(self, user: Any) -> bool:
         return bool(user.is_active) and (not user.is_staff or user.has_perm(SEND_ANY_INVOICE))
 
+    def subject_queryset(self, actor: Any) -> Any:
+        # Billing staff may have any invoice sent through their own session; everyone else only their own.
+        if actor.has_perm(SEND_ANY_INVOICE):
+            return Invoice.objects.all()
+        return super().subject_queryset(actor)
+
     def propose(self, *, actor: Any, arguments: dict[str, Any]) -> Proposal:
-        invoice_id, recipient = arguments["invoice_id"], arguments["recipient"]
-        invoice = invoices_sendable_by(actor).filter(number=invoice_id).first()
-        if invoice is None:
-            raise invoice_unavailable(invoice_id)
+        recipient = arguments["recipient"]
+        invoice: Invoice = self.proposal_subject(actor=actor, subject_id=arguments["invoice_id"])
         send_invoice_policy_check(invoice=invoice, recipient=recipient)
         rendered = invoice_email_render(invoice=invoice, recipient=recipient)
         return Proposal(
-            subject_type="invoice",
+            subject_type=self.subject_type,
             subject_id=invoice.number,
             subject_version=invoice.version,
             payload={
@@ -164,20 +163,19 @@ class SendInvoiceAction(Action):
             )
         return None
 
-    def lock_subject(self, preview: Preview) -> Invoice | None:
-        return Invoice.objects.select_for_update().filter(number=preview.subject_id).first()
-
     def revalidate(self, *, preview: Preview, subject: Any) -> None:
-        invoice: Invoice = subject
-        if not invoices_sendable_by(preview.actor).filter(pk=invoice.pk).exists():
-            raise invoice_unavailable(invoice.number)
-        send_invoice_policy_check(invoice=invoice, recipient=preview.payload["recipient"])
+        send_invoice_policy_check(invoice=subject, recipient=preview.payload["recipient"])
 
     def perform(self, *, preview: Preview, subject: Any = None) -> dict[str, Any]:
         invoice = Invoice.objects.filter(number=preview.subject_id).first()
         if invoice is None:
             raise InvoiceSendRefused(f"Invoice {preview.subject_id} no longer exists.", code="subject_unavailable")
         return invoice_email_send(preview=preview, invoice=invoice)
+
+    def effect_reference(self, effect: dict[str, Any] | None) -> str:
+        if effect and effect.get("message_id"):
+            return f"message id {effect['message_id']}"
+        return "no reference"
 
     def record(self, *, preview: Preview, subject: Any, effect: dict[str, Any]) -> dict[str, Any]:
         delivery = invoice_delivery_record(preview=preview, invoice=subject, sent=effect)
@@ -268,7 +266,7 @@ class SendInvoiceAction(Action):
 
     def policy_evaluation(self, preview: Preview) -> list[RuleResult]:
         invoice = Invoice.objects.filter(number=preview.subject_id).first()
-        may_send = invoice is not None and invoices_sendable_by(preview.actor).filter(pk=invoice.pk).exists()
+        may_send = invoice is not None and self.subject_queryset(preview.actor).filter(pk=invoice.pk).exists()
         problem = recipient_problem(preview.payload["recipient"])
         return [
             RuleResult(

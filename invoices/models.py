@@ -1,5 +1,3 @@
-from typing import Any
-
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -34,11 +32,6 @@ class Invoice(models.Model):
 
     def __str__(self) -> str:
         return self.number
-
-    @property
-    def owner(self) -> Any:
-        """The customer the invoice is for (the plug-in Subject protocol)."""
-        return self.customer
 
 
 class InvoiceLine(models.Model):

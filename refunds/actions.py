@@ -21,11 +21,9 @@ from approvals.plugin import (
     RiskFlag,
     RuleResult,
     amount_in_flight,
-    amount_in_flight_subquery,
+    amount_in_flight_expression,
     amount_of,
-    column_sql,
     customer_named,
-    fetch_one,
     format_minor,
     parse_major,
 )
@@ -33,7 +31,7 @@ from approvals.plugin import (
 from .gateways import GatewayUnavailable
 from .models import DEAD_REFUND_STATUSES, Order, Refund, RefundStatus
 from .permissions import REVIEW_REFUNDS, STAFF_ROLES, may_see_payments
-from .policy import RefundRefusal, order_unavailable, refund_policy_check, refund_policy_checks
+from .policy import ORDER_UNAVAILABLE_MESSAGE, RefundRefusal, refund_policy_check, refund_policy_checks
 from .serializers import RefundOrderArguments
 from .services import refund_find, refund_pay, refund_record
 
@@ -49,7 +47,7 @@ RULE_WORDS = {
 
 def _in_flight(order: Order, *, exclude: Any = None) -> int:
     """What refunds being paid right now take from the order (they may already be at the provider)."""
-    return amount_in_flight(subject_type="order", subject_id=order.number, exclude=exclude)
+    return amount_in_flight(subject_type=RefundOrderAction.subject_type, subject_id=order.number, exclude=exclude)
 
 
 def staff_review_threshold(currency: str) -> int | None:
@@ -75,6 +73,14 @@ class RefundOrderAction(Action):
         "this tool returns, not your own conclusion."
     )
     arguments_serializer = RefundOrderArguments
+    subject_model = Order
+    subject_type = "order"
+    subject_id_field = "number"
+    subject_owner_field = "customer"
+    subject_unavailable_code = RefundRefusal.ORDER_UNAVAILABLE
+    subject_unavailable_message = ORDER_UNAVAILABLE_MESSAGE
+    proposes_amount = True
+    effect_performer = "the payment provider"
     review_permission = REVIEW_REFUNDS
     staff_roles = STAFF_ROLES
     # The payment gateway is not configured (or not reachable as configured): a staff retry may mend it.
@@ -98,24 +104,24 @@ class RefundOrderAction(Action):
     def may_use(self, user: Any) -> bool:
         return bool(user.is_active)
 
+    def proposal_subject_queryset(self, actor: Any) -> Any:
+        # What refunds being paid right now take from the order, read with it.
+        in_flight = amount_in_flight_expression(subject_type=self.subject_type, subject_id_field=self.subject_id_field)
+        return self.subject_queryset(actor).annotate(in_flight_minor=in_flight)
+
     def propose(self, *, actor: Any, arguments: dict[str, Any]) -> Proposal:
-        in_flight = amount_in_flight_subquery(subject_type="order", subject_id_column=column_sql(Order, "number"))
-        order = fetch_one(
-            Order, extra={"in_flight_minor": in_flight}, number=arguments["order_id"], customer_id=actor.pk
-        )
-        if order is None:
-            raise order_unavailable(arguments["order_id"])
+        order = self.proposal_subject(actor=actor, subject_id=arguments["order_id"])
         refund_policy_check(
             order=order,
             amount_minor=arguments["amount_minor"],
             reason=arguments["reason"],
-            in_flight_minor=int(order.in_flight_minor),  # type: ignore[attr-defined]  # fetch_one's extra column
+            in_flight_minor=int(order.in_flight_minor),
         )
         required = [ApprovalRole.CUSTOMER.value]
         if staff_review_required(arguments["amount_minor"], order.currency):
             required.append(ApprovalRole.STAFF.value)
         return Proposal(
-            subject_type="order",
+            subject_type=self.subject_type,
             subject_id=order.number,
             subject_version=order.version,
             payload={
@@ -129,13 +135,8 @@ class RefundOrderAction(Action):
             required_approvals=required,
         )
 
-    def lock_subject(self, preview: Preview) -> Order | None:
-        return fetch_one(Order, lock=True, number=preview.subject_id)
-
     def revalidate(self, *, preview: Preview, subject: Any) -> None:
         order: Order = subject
-        if order.customer_id != preview.actor_id:
-            raise order_unavailable(order.number)
         if order.currency != preview.currency:
             raise PolicyRefusal(
                 f"Order {order.number} is in {order.currency}, the preview in {preview.currency}.",
@@ -150,6 +151,11 @@ class RefundOrderAction(Action):
 
     def perform(self, *, preview: Preview, subject: Any = None) -> dict[str, Any]:
         return refund_pay(preview=preview, order=subject)
+
+    def effect_reference(self, effect: dict[str, Any] | None) -> str:
+        if effect and effect.get("refund_id"):
+            return f"reference {effect['refund_id']}"
+        return "no reference"
 
     can_look_up_effect = True
 

@@ -10,7 +10,7 @@ from typing import Protocol
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from approvals.plugin import ExecutionFailure, TransientExecutionError, fetch_one, insert_rows
+from approvals.plugin import ExecutionFailure, TransientExecutionError
 
 from .models import LocalGatewayRefund
 
@@ -86,27 +86,30 @@ class LocalGateway:
     """A gateway kept in the shop's own database, for the demo and for tests."""
 
     def refund(self, *, payment_ref: str, amount_minor: int, currency: str, idempotency_key: str) -> GatewayRefund:
-        # Insert first: a key is nearly always new, and the unique key answers a repeat (or a race): the
-        # insert then skips the row (waiting for a racing insert to commit first) and the first is read.
-        existing = LocalGatewayRefund(
-            idempotency_key=idempotency_key,
-            refund_id="lr_" + secrets.token_hex(12),
-            payment_ref=payment_ref,
-            amount_minor=amount_minor,
-            currency=currency,
-            status=settings.LOCAL_GATEWAY_REFUND_STATUS,
+        # Insert first: the unique key answers a repeat (or a race): the insert then skips the row (waiting
+        # for a racing insert to commit first), and what is stored under the key, ours or the first, is read.
+        LocalGatewayRefund.objects.bulk_create(
+            [
+                LocalGatewayRefund(
+                    idempotency_key=idempotency_key,
+                    refund_id="lr_" + secrets.token_hex(12),
+                    payment_ref=payment_ref,
+                    amount_minor=amount_minor,
+                    currency=currency,
+                    status=settings.LOCAL_GATEWAY_REFUND_STATUS,
+                )
+            ],
+            ignore_conflicts=True,
         )
-        if not insert_rows([existing], skip_conflicts=True):
-            stored = fetch_one(LocalGatewayRefund, idempotency_key=idempotency_key)
-            if stored is None:  # the skipped row clashed on its random refund id instead
-                raise TransientExecutionError(f"The local gateway could not store the refund {idempotency_key}.")
-            existing = stored
-        return _checked_local(existing, payment_ref=payment_ref, amount_minor=amount_minor, currency=currency)
+        stored = LocalGatewayRefund.objects.filter(idempotency_key=idempotency_key).first()
+        if stored is None:  # the skipped row clashed on its random refund id instead
+            raise TransientExecutionError(f"The local gateway could not store the refund {idempotency_key}.")
+        return _checked_local(stored, payment_ref=payment_ref, amount_minor=amount_minor, currency=currency)
 
     def find_refund(
         self, *, payment_ref: str, amount_minor: int, currency: str, idempotency_key: str
     ) -> GatewayRefund | None:
-        existing = fetch_one(LocalGatewayRefund, idempotency_key=idempotency_key)
+        existing = LocalGatewayRefund.objects.filter(idempotency_key=idempotency_key).first()
         if existing is None:
             return None
         return _checked_local(existing, payment_ref=payment_ref, amount_minor=amount_minor, currency=currency)

@@ -1,5 +1,3 @@
-from typing import Any
-
 from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
@@ -44,11 +42,6 @@ class Order(models.Model):
 
     def __str__(self) -> str:
         return self.number
-
-    @property
-    def owner(self) -> Any:
-        """The customer whose order it is (the plug-in Subject protocol)."""
-        return self.customer
 
     @property
     def remaining_minor(self) -> int:

@@ -42,12 +42,9 @@ class RuleCheck:
     detail: str
 
 
-def order_unavailable(order_id: str) -> PolicyRefusal:
-    # The same words whether the order is someone else's or does not exist at all.
-    return PolicyRefusal(
-        f"Order {order_id} is not available: no such order belongs to this customer.",
-        code=RefundRefusal.ORDER_UNAVAILABLE,
-    )
+#: refund_order's refusal of an order the actor may not refund (Action.subject_unavailable): the same
+#: words whether the order is someone else's or does not exist at all.
+ORDER_UNAVAILABLE_MESSAGE = "Order {subject_id} is not available: no such order belongs to this customer."
 
 
 def refund_policy_checks(

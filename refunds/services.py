@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import F
 
-from approvals.plugin import Preview, ShopDataInvalid, amount_of, fetch_one, insert_rows, update_fields
+from approvals.plugin import Preview, ShopDataInvalid, amount_of
 
 from .gateways import GatewayRefund, payment_gateway
 from .models import Order, Refund, RefundStatus
@@ -54,7 +54,7 @@ def refund_pay(*, preview: Preview, order: Order | None = None) -> dict[str, Any
     or None to read it here.
     """
     if order is None:
-        order = fetch_one(Order, number=preview.subject_id)
+        order = Order.objects.filter(number=preview.subject_id).first()
         if order is None:
             raise Order.DoesNotExist(f"No order {preview.subject_id}")
     gateway_refund = payment_gateway().refund(
@@ -79,7 +79,7 @@ def _effect(gateway_refund: GatewayRefund) -> dict[str, Any]:
 
 def refund_find(*, preview: Preview) -> dict[str, Any] | None:
     """The refund an earlier attempt made for this preview, asked of the gateway without making one."""
-    order = fetch_one(Order, number=preview.subject_id)
+    order = Order.objects.filter(number=preview.subject_id).first()
     if order is None:
         raise Order.DoesNotExist(f"No order {preview.subject_id}")
     gateway_refund = payment_gateway().find_refund(
@@ -99,23 +99,19 @@ def refund_record(
     """Write the refund the provider accepted to the ledger and the order, with the status it reported
     (`pending` is processing at the bank and counts like a paid one until the provider says otherwise).
     Runs under the engine's locks, in its audited transaction."""
-    insert_rows(
-        [
-            Refund(
-                order=order,
-                preview=preview,
-                amount_minor=amount_of(preview)[0],
-                currency=amount_of(preview)[1],
-                reason=preview.payload["reason"],
-                gateway_refund_id=refund_id,
-                status=status,
-                status_reason=status_reason[:255],
-            )
-        ]
+    Refund.objects.create(
+        order=order,
+        preview=preview,
+        amount_minor=amount_of(preview)[0],
+        currency=amount_of(preview)[1],
+        reason=preview.payload["reason"],
+        gateway_refund_id=refund_id,
+        status=status,
+        status_reason=status_reason[:255],
     )
     order.refunded_minor += amount_of(preview)[0]
     order.version += 1
-    update_fields(order, ["refunded_minor", "version", "updated_at"])
+    order.save(update_fields=["refunded_minor", "version", "updated_at"])
     return {
         "refund_id": refund_id,
         "order_id": order.number,

@@ -26,6 +26,7 @@ from ..models import (
     AuditEvent,
     AuditRecord,
     Execution,
+    ExecutionOutcome,
     Preview,
     PreviewStatus,
     ReviewClaim,
@@ -35,7 +36,7 @@ from ..notifications import escalation_due_before, reviewers
 from ..presentation import preview_execution, preview_state_words
 from ..quorum import counting_staff_approvers
 from ..registry import Action, CounterField, DisplayRow, FactTable, ReviewDocument, RiskFlag, RuleResult, registry
-from ..services import effect_reference, execution_staff_step, executions_of
+from ..services import execution_staff_step, executions_of
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User  # settings.AUTH_USER_MODEL, as django-stubs resolves it
@@ -159,6 +160,9 @@ class Queue:
     total_all_at_least: bool  # a state's count stopped at its cap: total_all is a floor
     filters: QueueFilters
     actions: list[str] = field(default_factory=list)
+    #: Whether an action the queue lists proposes amounts: the amount column and the currency filter
+    #: are shown only then.
+    shows_amounts: bool = False
 
 
 def _search(queryset: QuerySet[Preview], query: str) -> QuerySet[Preview]:
@@ -224,7 +228,12 @@ def review_queue(*, user: User, filters: QueueFilters, page_number: Any = 1) -> 
         total_all_at_least=total_all_at_least,
         filters=filters,
         actions=actions,
+        shows_amounts=_proposes_amounts([filters.action] if filters.action else actions),
     )
+
+
+def _proposes_amounts(action_names: list[str]) -> bool:
+    return any((action := registry.action(name)) is not None and action.proposes_amount for name in action_names)
 
 
 def _state_counts(scoped: QuerySet[Preview], *, listed_state: str) -> list[StateCount]:
@@ -328,6 +337,8 @@ class ReviewContext:
     state_title: str
     state_text: str
     effect_reference: str
+    effect_performer: str
+    execution_outcome_words: str
     flags: list[RiskFlag] = field(default_factory=list)
     counter_fields: list[CounterField] = field(default_factory=list)
     quorum: str = ""
@@ -336,8 +347,18 @@ class ReviewContext:
     replaced_by: Preview | None = None
 
 
+def _outcome_words(execution: Execution | None, performer: str) -> str:
+    """The execution's outcome in lower case, naming who refused a refused effect."""
+    if execution is None:
+        return ""
+    if execution.outcome == ExecutionOutcome.FAILED_AFTER_CHECK:
+        return f"refused by {performer}"
+    return execution.get_outcome_display().lower()
+
+
 def preview_review(*, preview: Preview) -> ReviewContext:
     action = registry.action(preview.action)
+    performer = action.effect_performer if action else Action.effect_performer
     execution = preview_execution(preview)
     state_title, state_text = preview_state_words(preview, "staff", execution)
     siblings = (
@@ -369,7 +390,9 @@ def preview_review(*, preview: Preview) -> ReviewContext:
         staff_step=execution_staff_step(preview, execution),
         state_title=state_title,
         state_text=state_text,
-        effect_reference=effect_reference(execution.effect) if execution and execution.effect else "",
+        effect_reference=action.effect_reference(execution.effect) if action and execution and execution.effect else "",
+        effect_performer=performer,
+        execution_outcome_words=_outcome_words(execution, performer),
         flags=row.flags,
         counter_fields=(
             action.counter_fields(preview) if action and preview.status == PreviewStatus.AWAITING_STAFF else []

@@ -9,7 +9,7 @@ deadlocking:
 3. previews (`preview_lock`, `previews_lock`), in primary-key order;
 4. the preview's execution (`execution_lock` reads it under its preview's lock: every writer of an
    execution holds that lock first; `execution_row_lock` locks the row itself);
-5. the subject, the order or invoice (`subject_lock`, through the action);
+5. the subject, the order or invoice (`subject_lock`, `subject_lock_to_record`, through the action);
 6. the subject's other open previews (`sibling_previews_lock`) and their executions
    (`executions_lock`): taken after the subject, against the order, so previews locked elsewhere
    are skipped (SKIP LOCKED) rather than waited for;
@@ -108,8 +108,14 @@ def execution_row_lock(preview: Preview) -> Execution | None:
 
 
 def subject_lock(action: Action, preview: Preview) -> Model | None:
-    """Lock the preview's subject through its action (after the preview); None if it disappeared."""
+    """Lock the preview's subject through its action (after the preview), as the preview's actor may act
+    on it now; None if it disappeared or is no longer theirs."""
     return action.lock_subject(preview)
+
+
+def subject_lock_to_record(action: Action, preview: Preview) -> Model | None:
+    """Lock the subject of an effect already made, whoever it belongs to now (after the preview)."""
+    return action.lock_subject_to_record(preview)
 
 
 @cache

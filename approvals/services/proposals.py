@@ -114,18 +114,29 @@ def preview_insert_or_twin(preview: Preview) -> Preview | None:
     raise IntegrityError(f"Preview {preview.pk} conflicts with a row that is not an open twin")
 
 
-def preview_build(
-    *, action_name: str, actor: User, agent_session: AgentSession | None, proposal: Proposal, **extra: Any
-) -> Preview:
-    """The unsaved preview of an accepted proposal: its approvals (with the quorum), status, expiry and
-    digest. `extra` carries who proposed it and its chain (`proposed_by`, `origin`, `chain_root`,
-    `supersedes`)."""
-    required, staff_needed = quorum.apply_quorum(
-        action=action_name,
+def _approvals_needed(action: Action, proposal: Proposal) -> tuple[list[str], int]:
+    """The required roles and staff count: the quorum (REVIEW_QUORUM, bands of amounts) applies only to
+    an action that proposes amounts; one without money proposes no amount at all."""
+    if not action.proposes_amount:
+        if proposal.amount_minor is not None or proposal.currency:
+            raise ValueError(f"Action {action.name!r} proposed an amount but does not declare proposes_amount = True.")
+        return proposal.required_approvals, 1
+    return quorum.apply_quorum(
+        action=action.name,
         currency=proposal.currency,
         amount_minor=proposal.amount_minor,
         required=proposal.required_approvals,
     )
+
+
+def preview_build(
+    *, action: Action, actor: User, agent_session: AgentSession | None, proposal: Proposal, **extra: Any
+) -> Preview:
+    """The unsaved preview of an accepted proposal: its approvals (with the quorum), status, expiry and
+    digest. `extra` carries who proposed it and its chain (`proposed_by`, `origin`, `chain_root`,
+    `supersedes`)."""
+    action_name = action.name
+    required, staff_needed = _approvals_needed(action, proposal)
     preview = Preview(
         action=action_name,
         actor=actor,
@@ -301,7 +312,7 @@ def proposal_admit(
     if over_limit is not None:
         return _refused(call, over_limit, subject_type=proposal.subject_type, subject_id=proposal.subject_id)
     preview = preview_build(
-        action_name=action.name, actor=actor, agent_session=agent_session, proposal=proposal, **_chain_fields(call)
+        action=action, actor=actor, agent_session=agent_session, proposal=proposal, **_chain_fields(call)
     )
     existing = preview_insert_or_twin(preview)
     return _created(call, preview) if existing is None else _repeated(call, existing)

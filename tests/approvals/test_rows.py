@@ -26,7 +26,7 @@ from approvals.rows import (
     statement_cursor,
     update_fields,
 )
-from approvals.selectors import amount_in_flight, amount_in_flight_subquery
+from approvals.selectors import amount_in_flight, amount_in_flight_expression
 from refunds.models import Order
 from tests.conftest import agent_client_for
 
@@ -219,8 +219,8 @@ def test_the_amount_in_flight_counts_executions_whose_effect_may_exist_unrecorde
     assert amount_in_flight(subject_type="order", subject_id=o12.number) == expected
     assert amount_in_flight(subject_type="order", subject_id=o12.number, exclude=always.pk) == expected - 40
     assert amount_in_flight(subject_type="order", subject_id=o12.number, exclude=str(always.pk)) == expected - 40
-    subquery = amount_in_flight_subquery(subject_type="order", subject_id_column=column_sql(Order, "number"))
-    order = fetch_one(Order, extra={"in_flight_minor": subquery}, number=o12.number, customer_id=o12.customer_id)
+    in_flight = amount_in_flight_expression(subject_type="order", subject_id_field="number")
+    order = Order.objects.annotate(in_flight_minor=in_flight).get(number=o12.number, customer_id=o12.customer_id)
     assert order.in_flight_minor == expected
     assert order.remaining_minor == o12.remaining_minor
 

@@ -59,7 +59,7 @@ def test_a_refund_made_before_a_time_out_then_503s_is_found_by_the_resolver_and_
         assert NOTHING not in text
     assert (agent["status"], agent["outcome"], agent["executed"]) == ("needs_attention", "effect_unknown", False)
     assert "could not confirm" in agent["message"] and "not be done a second time" in agent["message"]
-    assert "we could not confirm this with the provider yet" in texts[1]
+    assert "we could not confirm this with the payment provider yet" in texts[1]
 
     fake_stripe.fail_lookups(None)  # the provider answers again
     with django_capture_on_commit_callbacks(execute=True):

@@ -33,23 +33,14 @@ class RenameRefusal(RefusalCode):
     TITLE_UNCHANGED = "title_unchanged"
 
 
-def board_unavailable(board_id: str) -> PolicyRefusal:
-    # The same words whether the board belongs to someone else or does not exist.
-    return PolicyRefusal(
-        f"Board {board_id} is not available: no such board may be renamed by you.",
-        code=RenameRefusal.BOARD_UNAVAILABLE,
-    )
-
-
 def needs_staff_review(title: str) -> bool:
     words = title.casefold().split()
     return any(word in words for word in REVIEW_WORDS)
 
 
-def rename_policy_check(*, board: Board, actor: Any, title: str) -> None:
-    """The rules, first failure wins: the actor's own board, not archived, a title that says something new."""
-    if board.owner_id != actor.pk:
-        raise board_unavailable(board.pk)
+def rename_policy_check(*, board: Board, title: str) -> None:
+    """The rules on a board of the actor's own (the engine looked it up among theirs), first failure wins:
+    not archived, a title that says something new."""
     if board.archived:
         raise PolicyRefusal(
             f"Board {board.pk} is archived; an archived board keeps its title.", code=RenameRefusal.BOARD_ARCHIVED
@@ -71,10 +62,13 @@ class RenameBoardAction(Action):
         f"{', '.join(repr(w) for w in REVIEW_WORDS)} in them). Report the status the answer gives."
     )
     arguments_serializer = RenameBoardArguments
+    subject_model = Board
+    subject_type = "board"
+    subject_owner_field = "owner"
+    subject_unavailable_code = RenameRefusal.BOARD_UNAVAILABLE
+    subject_unavailable_message = "Board {subject_id} is not available: no such board may be renamed by you."
     review_permission = REVIEW_PERMISSION
     staff_roles = (StaffRole(BOARD_REVIEWERS, (REVIEW_PERMISSION, EXPORT_AUDIT_PERMISSION)),)
-    # No money: the agent API's schema documents no amount in this action's previews.
-    proposes_amount = False
     # The console's search also finds a rename by the new title.
     searchable_payload_fields = ("title",)
     # A board can be renamed back: the tool's effect is not destructive.
@@ -86,28 +80,22 @@ class RenameBoardAction(Action):
         return bool(user.is_active)
 
     def propose(self, *, actor: Any, arguments: dict[str, Any]) -> Proposal:
-        board_id, title = arguments["board_id"], arguments["title"]
-        # Ownership first, in the query itself: a foreign board and a missing one are the same refusal.
-        board = Board.objects.filter(pk=board_id, owner=actor).first()
-        if board is None:
-            raise board_unavailable(board_id)
-        rename_policy_check(board=board, actor=actor, title=title)
+        title = arguments["title"]
+        board: Board = self.proposal_subject(actor=actor, subject_id=arguments["board_id"])
+        rename_policy_check(board=board, title=title)
         required = [ApprovalRole.CUSTOMER.value]
         if needs_staff_review(title):
             required.append(ApprovalRole.STAFF.value)
         return Proposal(
-            subject_type="board",
+            subject_type=self.subject_type,
             subject_id=board.pk,
             subject_version=board.version,
             payload={"board_id": board.pk, "title": title, "previous_title": board.title},
             required_approvals=required,
         )
 
-    def lock_subject(self, preview: Preview) -> Board | None:
-        return Board.objects.select_for_update().filter(pk=preview.subject_id).first()
-
     def revalidate(self, *, preview: Preview, subject: Any) -> None:
-        rename_policy_check(board=subject, actor=preview.actor, title=preview.payload["title"])
+        rename_policy_check(board=subject, title=preview.payload["title"])
 
     def perform(self, *, preview: Preview, subject: Any = None) -> dict[str, Any]:
         # No outside world: the effect is the approved title itself, the same on every call.

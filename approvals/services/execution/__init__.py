@@ -32,7 +32,7 @@ three steps), `sweeps` (the sweeper and the resolver), `staff` (retry, resolve, 
 `siblings` (superseding a subject's other previews).
 """
 
-from .attempt import approvals_named, effect_reference, execution_attempt_failed, preview_execute
+from .attempt import approvals_named, execution_attempt_failed, preview_execute
 from .opening import execution_dispatch, execution_enqueue, execution_open
 from .staff import execution_retry, execution_retry_refusal, execution_staff_step, executions_of
 from .state import (
@@ -54,7 +54,6 @@ __all__ = [
     "IllegalTransition",
     "Outcome",
     "approvals_named",
-    "effect_reference",
     "execution_attempt_failed",
     "execution_dispatch",
     "execution_enqueue",

@@ -32,7 +32,7 @@ from ...rows import update_fields
 from ..audit import audit_record, audited_transaction
 from ..locks import (
     execution_lock,
-    subject_lock,
+    subject_lock_to_record,
 )
 from ..previews import approvals_of
 
@@ -160,7 +160,7 @@ def _effect_record(attempt: _Attempt, preview: Preview, execution: Execution, ma
     """Record the made effect under the subject's lock and end the execution succeeded; the approvals
     it rested on."""
     action = attempt.action
-    subject = subject_lock(action, preview)
+    subject = subject_lock_to_record(action, preview)
     if subject is None:
         raise ExecutionFailure(
             "What this preview is about disappeared during execution.", code=ErrorCode.SUBJECT_UNAVAILABLE
@@ -227,6 +227,7 @@ def _effect_unrecorded(attempt: _Attempt, effect: dict[str, Any], error: Excepti
         preview, execution = locked
         if fenced(execution, preview, attempt.token, "record", effect=effect):
             return preview
+        reference = attempt.action.effect_reference(effect)
         execution_transition(
             execution,
             preview,
@@ -234,18 +235,9 @@ def _effect_unrecorded(attempt: _Attempt, effect: dict[str, Any], error: Excepti
             token=attempt.token,
             effect=effect,
             code=ErrorCode.RECORD_FAILED,
-            detail=f"The effect was made ({effect_reference(effect)}) but could not be recorded: {error}",
+            detail=f"The effect was made ({reference}) but could not be recorded: {error}",
         )
         return preview
-
-
-def effect_reference(effect: dict[str, Any] | None) -> str:
-    if not effect:
-        return "no reference"
-    for key in ("refund_id", "message_id", "reference", "id"):
-        if effect.get(key):
-            return f"reference {effect[key]}"
-    return "no reference"
 
 
 def _attempt_end(

@@ -85,7 +85,9 @@ def _checks_refusal(
     on: the digest, each approval and its approver's right now, the session, the subject version, the
     deadline, the action's policy and the spending limits. Returns the refusal, or None."""
     if subject is None:
-        return _Refusal(ErrorCode.SUBJECT_UNAVAILABLE, "What this preview is about no longer exists.", {})
+        # Gone, or no longer the actor's: the action's one refusal for both, as at proposal.
+        unavailable = action.subject_unavailable(preview.subject_id)
+        return _Refusal(unavailable.code, unavailable.message, {"error": unavailable.as_dict()})
     if preview_digest(preview) != preview.digest:
         return _Refusal(ErrorCode.DIGEST_MISMATCH, "The preview does not match what was approved.", {})
     standing, lapsed = staff_approvals_standing(preview, approvals)

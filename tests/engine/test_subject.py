@@ -1,0 +1,97 @@
+"""The engine owns the subject an action names (Action.subject_model and its fields): the owner-scoped
+lookup of a proposal, one refusal for a foreign and a missing subject, the lock before execution that
+is the owner's re-check, and the recording of an effect already made whoever owns the subject by then."""
+
+from unittest import mock
+
+import pytest
+
+from approvals.errors import PolicyRefusal
+from approvals.models import AuditRecord, Execution, PreviewStatus
+from approvals.registry import registry
+from tests.toy_action.actions import RenameBoardAction
+from tests.toy_action.models import Board
+
+from .conftest import events, proposed
+from .test_execution import confirm
+
+
+def test_the_engine_looks_the_subject_up_among_the_actors_own_in_one_query(
+    board, strangers_board, owner, django_assert_num_queries
+):
+    action = registry.action("rename_board")
+
+    with django_assert_num_queries(1):
+        assert action.proposal_subject(actor=owner, subject_id="b-1") == board
+    for subject_id in ("b-2", "b-404"):
+        with pytest.raises(PolicyRefusal) as refused:
+            action.proposal_subject(actor=owner, subject_id=subject_id)
+        assert refused.value.as_dict() == {
+            "code": "board_unavailable",
+            "message": f"Board {subject_id} is not available: no such board may be renamed by you.",
+        }
+
+
+def test_a_board_given_to_someone_else_after_the_approval_is_refused_as_unavailable_and_not_renamed(
+    board, stranger, agent, django_capture_on_commit_callbacks
+):
+    preview = proposed(agent)
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        confirm(preview)
+    # The owner changes and nothing else: the version the preview was made against still matches.
+    Board.objects.filter(pk="b-1").update(owner=stranger)
+
+    for callback in callbacks:
+        callback()
+
+    preview.refresh_from_db()
+    assert (preview.status, preview.failure_code) == (PreviewStatus.FAILED, "board_unavailable")
+    assert preview.failure_reason == "Board b-1 is not available: no such board may be renamed by you."
+    execution = Execution.objects.get()
+    assert (execution.outcome, execution.code, execution.effect) == ("refused_before_effect", "board_unavailable", None)
+    board.refresh_from_db()
+    assert (board.title, board.version, board.owner_id) == ("Roadmap", 1, stranger.pk)
+    assert events(preview) == ["proposed", "confirmed", "execution_failed"]
+    failed = AuditRecord.objects.get(preview=preview, event="execution_failed")
+    assert (failed.result["outcome"], failed.result["code"]) == ("refused_before_effect", "board_unavailable")
+    assert failed.result["error"]["message"] == preview.failure_reason
+
+
+def test_a_board_deleted_after_the_approval_gets_the_same_refusal_as_one_given_away(
+    board, agent, django_capture_on_commit_callbacks
+):
+    preview = proposed(agent)
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        confirm(preview)
+    Board.objects.filter(pk="b-1").delete()
+
+    for callback in callbacks:
+        callback()
+
+    preview.refresh_from_db()
+    assert (preview.status, preview.failure_code) == (PreviewStatus.FAILED, "board_unavailable")
+    assert Execution.objects.get().code == "board_unavailable"
+
+
+def test_an_effect_made_is_recorded_even_when_the_subject_changed_hands_during_the_effect(
+    board, stranger, agent, django_capture_on_commit_callbacks
+):
+    preview = proposed(agent)
+    perform = RenameBoardAction.perform
+
+    def given_away_while_performing(self, *, preview, subject=None):
+        Board.objects.filter(pk="b-1").update(owner=stranger)
+        return perform(self, preview=preview, subject=subject)
+
+    with (
+        mock.patch.object(RenameBoardAction, "perform", given_away_while_performing),
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        confirm(preview)
+
+    preview.refresh_from_db()
+    assert preview.status == PreviewStatus.EXECUTED
+    assert Execution.objects.get().outcome == "succeeded"
+    board.refresh_from_db()
+    assert (board.title, board.version, board.owner_id) == ("Plans for 2027", 2, stranger.pk)
+    assert events(preview)[-1] == "executed"
