@@ -9,8 +9,8 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from .admin_bases import ReadOnlyInline, ReadOnlyModelAdmin
-from .models import AgentSession, Approval, AuditRecord, IdempotencyRecord, Preview, RejectedCallTally
+from approvals.core.admin_bases import ReadOnlyInline, ReadOnlyModelAdmin
+from approvals.models import AgentSession, Approval, AuditRecord, IdempotencyRecord, Preview, RejectedCallTally
 
 
 class ApprovalInline(ReadOnlyInline):

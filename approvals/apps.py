@@ -9,17 +9,23 @@ class ApprovalsConfig(AppConfig):
     def ready(self) -> None:
         # Imported for what they register: system checks (checks, quorum), transition listeners and tasks
         # (notifications, webhooks), and the Celery tasks the services publish by name (tasks).
-        from . import checks, notifications, quorum, tasks, webhooks  # noqa: F401
-        from .api import authentication, serializers  # noqa: F401  (register the OpenAPI extensions)
-        from .people import (
+        from approvals import tasks  # noqa: F401
+        from approvals.agents import webhooks  # noqa: F401
+        from approvals.agents.api import authentication, serializers  # noqa: F401  (register the OpenAPI extensions)
+        from approvals.console import notifications  # noqa: F401
+        from approvals.core import (
+            checks,  # noqa: F401
+            quorum,  # noqa: F401
+        )
+        from approvals.core.registry import ImportSection, registry
+        from approvals.core.staff_roles import staff_roles_migrate
+        from approvals.site.people import (
             CustomerImportSerializer,
             StaffImportSerializer,
             customer_upsert,
             person_describe,
             staff_upsert,
         )
-        from .registry import ImportSection, registry
-        from .staff_roles import staff_roles_migrate
 
         registry.register_import_section(
             ImportSection(
@@ -42,7 +48,7 @@ class ApprovalsConfig(AppConfig):
             )
         )
 
-        from .services.sessions import agent_sessions_follow_person_activity
+        from approvals.core.services.sessions import agent_sessions_follow_person_activity
 
         agent_sessions_follow_person_activity()  # deactivating a person ends their agent sessions
         # Once per migrate (and flush), on the engine's turn: the groups every registered action declares.

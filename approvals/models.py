@@ -22,7 +22,7 @@ class AgentSession(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField()
     revoked_at = models.DateTimeField(null=True, blank=True)
-    # A CharField: approvals.webhooks.webhook_url_check is what decides which URLs are taken.
+    # A CharField: approvals.agents.webhooks.webhook_url_check is what decides which URLs are taken.
     webhook_url = models.CharField(
         max_length=2000, blank=True, help_text="Where each preview transition is posted (Standard Webhooks)."
     )
@@ -63,7 +63,7 @@ class ApprovalRole(models.TextChoices):
 
 
 class PreviewOrigin(models.TextChoices):
-    """How a preview came to exist; every origin passes the same admission (approvals.services.proposals)."""
+    """How a preview came to exist; every origin passes the same admission (approvals.core.services.proposals)."""
 
     AGENT = "agent", "Proposed by an agent"
     COUNTER_PROPOSAL = "counter_proposal", "Reviewer's counter-proposal"
@@ -196,7 +196,7 @@ class Execution(models.Model):
 
     Only one attempt at a time holds the lease (`lease_owner` until `lease_expires_at`). Each attempt
     gets a new `fencing_token`; an answer carrying an older token comes from an attempt that lost
-    its lease and is refused. Changed only through approvals.services.execution.execution_transition.
+    its lease and is refused. Changed only through approvals.core.services.execution.execution_transition.
     """
 
     preview = models.OneToOneField(Preview, on_delete=models.PROTECT, primary_key=True, related_name="execution")
@@ -292,7 +292,7 @@ class AuditEvent(models.TextChoices):
 class CurrentTransactionId(models.Func):
     """The inserting transaction's id on PostgreSQL (`pg_current_xact_id()`, 64 bits, never wraps);
     0 on other databases. The sealer seals a record once no transaction that might commit before it is
-    still running (approvals.audit_seal)."""
+    still running (approvals.audit.seal)."""
 
     output_field = models.BigIntegerField()
 
@@ -350,7 +350,7 @@ class AuditRecord(models.Model):
 
 class AuditLeaf(models.Model):
     """A sealed record's place in the audit Merkle tree: leaf `index` (from 0) is the RFC 9162 leaf hash
-    of the record's canonical encoding (approvals.audit_log). Written once, by the sealer."""
+    of the record's canonical encoding (approvals.audit.log). Written once, by the sealer."""
 
     index = models.BigIntegerField(primary_key=True)
     record = models.OneToOneField(AuditRecord, on_delete=models.PROTECT, related_name="leaf")

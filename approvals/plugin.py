@@ -73,8 +73,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from .admin_bases import ReadOnlyInline, ReadOnlyModelAdmin
-from .arguments import (
+from approvals.core.admin_bases import ReadOnlyInline, ReadOnlyModelAdmin
+from approvals.core.arguments import (
     MAX_SAFE_MINOR,
     StrictCharField,
     StrictChoiceField,
@@ -82,26 +82,16 @@ from .arguments import (
     StrictSerializer,
     SubjectIdField,
 )
-from .digests import digest_of
-from .errors import (
+from approvals.core.digests import digest_of
+from approvals.core.errors import (
     ApplicationError,
     EffectLookupUnavailable,
     ExecutionFailure,
     PolicyRefusal,
     TransientExecutionError,
 )
-from .models import (
-    OPEN_STATUSES,
-    ApprovalRole,
-    AuditEvent,
-    Execution,
-    ExecutionOutcome,
-    Preview,
-    PreviewOrigin,
-    PreviewStatus,
-)
-from .money import format_minor, is_known_currency, parse_major
-from .registry import (
+from approvals.core.money import format_minor, is_known_currency, parse_major
+from approvals.core.registry import (
     Action,
     CounterField,
     DisplayRow,
@@ -116,12 +106,22 @@ from .registry import (
     StandingGrant,
     registry,
 )
-from .selectors import amount_in_flight, amount_in_flight_expression
-from .services import audit_record, proposal_admit
-from .shop_import import ShopDataInvalid
-from .transitions import preview_effect_changed
-from .types import AuthenticatedHttpRequest
-from .words import agent_chose, customer_named
+from approvals.core.selectors import amount_in_flight, amount_in_flight_expression
+from approvals.core.services import audit_record, proposal_admit
+from approvals.core.transitions import preview_effect_changed
+from approvals.core.types import AuthenticatedHttpRequest
+from approvals.core.words import agent_chose, customer_named
+from approvals.models import (
+    OPEN_STATUSES,
+    ApprovalRole,
+    AuditEvent,
+    Execution,
+    ExecutionOutcome,
+    Preview,
+    PreviewOrigin,
+    PreviewStatus,
+)
+from approvals.site.shop_import import ShopDataInvalid
 
 
 def amount_of(preview: Preview) -> tuple[int, str]:

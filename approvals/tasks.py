@@ -1,7 +1,7 @@
 """Celery is one more interface to the services: tasks take ids and call a service.
 
 The arrows point one way: the tasks import the services, never the reverse (the services publish a task
-by its name, approvals.publish). This module is imported at start-up (ApprovalsConfig.ready)
+by its name, approvals.operations.publish). This module is imported at start-up (ApprovalsConfig.ready)
 so that every task is registered before anything publishes one.
 """
 
@@ -15,10 +15,17 @@ from typing import Any
 
 from celery import Task, shared_task
 
-from . import metrics, notifications, services
-from .audit_seal import checkpoint_webhook_request
-from .errors import TransientExecutionError
-from .publish import DELIVER_AUDIT_CHECKPOINT, EXECUTE_PREVIEW, NOTIFY_COUNTER_PROPOSAL, NOTIFY_REVIEWERS
+from approvals.audit.seal import checkpoint_webhook_request
+from approvals.console import notifications
+from approvals.core import services
+from approvals.core.errors import TransientExecutionError
+from approvals.operations import metrics
+from approvals.operations.publish import (
+    DELIVER_AUDIT_CHECKPOINT,
+    EXECUTE_PREVIEW,
+    NOTIFY_COUNTER_PROPOSAL,
+    NOTIFY_REVIEWERS,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -13,10 +13,10 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 from rest_framework.exceptions import AuthenticationFailed
 
-from approvals.api.authentication import AgentTokenAuthentication
-from approvals.api.parsers import StrictJSONError, strict_json_loads
-from approvals.api.serializers import ToolCallSerializer
-from approvals.registry import registry
+from approvals.agents.api.authentication import AgentTokenAuthentication
+from approvals.agents.api.parsers import StrictJSONError, strict_json_loads
+from approvals.agents.api.serializers import ToolCallSerializer
+from approvals.core.registry import registry
 
 from .models import FloorCall
 

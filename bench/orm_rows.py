@@ -1,8 +1,8 @@
-"""The plain ORM in place of approvals.rows' hand-built statements, to measure what they buy.
+"""The plain ORM in place of approvals.core.rows' hand-built statements, to measure what they buy.
 
 `install()` replaces `fetch_one`, `fetch_one_joined`, `fetch_all`, `insert_rows`, `update_fields` and
 `statement_cursor` in
-`approvals.rows` by what the ORM does for the same call, before any module imports them (call it before
+`approvals.core.rows` by what the ORM does for the same call, before any module imports them (call it before
 `django.setup()`). The profile scripts take `--orm-rows` for it: the difference in CPU per proposal and
 per execution is the hand-built statements' gain (docs/benchmarks.md keeps them only where it is about
 5 % or more).
@@ -19,7 +19,7 @@ def install() -> None:
     from django.db import IntegrityError, connection, transaction
     from django.db.models.expressions import RawSQL
 
-    import approvals.rows as rows
+    import approvals.core.rows as rows
 
     def fetch_one(model: Any, *, lock: bool = False, extra: dict[str, Any] | None = None, **equals: Any) -> Any:
         queryset = model._default_manager.filter(**equals)

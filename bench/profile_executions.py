@@ -28,7 +28,7 @@ def main() -> int:
     parser.add_argument(
         "--publish", action="store_true", help="publish the executions to REDIS_URL's broker (a queue of its own)"
     )
-    parser.add_argument("--orm-rows", action="store_true", help="the plain ORM instead of approvals.rows")
+    parser.add_argument("--orm-rows", action="store_true", help="the plain ORM instead of approvals.core.rows")
     args = parser.parse_args()
 
     from .profiling import django_setup, profiling_database
@@ -43,8 +43,8 @@ def main() -> int:
         from django.db import connection, connections
         from django.test.utils import CaptureQueriesContext
 
+        from approvals.core.services import preview_approve, preview_execute
         from approvals.models import ApprovalRole
-        from approvals.services import preview_approve, preview_execute
 
         from .shop import load_shop, previews_for
 

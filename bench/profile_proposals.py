@@ -44,7 +44,7 @@ def _environ(token: str, body: bytes, key: str | None) -> dict[str, Any]:
 
 
 def _package(filename: str) -> str:
-    """`django/db`, `rest_framework`, `approvals/services.py`...: where a profiled function lives."""
+    """`django/db`, `rest_framework`, `approvals/core/services.py`...: where a profiled function lives."""
     if "site-packages/" in filename:
         parts = filename.split("site-packages/", 1)[1].split("/")
         return "/".join(parts[:2]) if parts[0] == "django" else parts[0]
@@ -60,7 +60,7 @@ def main() -> int:
     parser.add_argument("--cprofile", action="store_true")
     parser.add_argument("--path", default="/api/agent/tool-calls")
     parser.add_argument("--dump", default=None, help="with --cprofile, also write the raw stats here (pstats)")
-    parser.add_argument("--orm-rows", action="store_true", help="the plain ORM instead of approvals.rows")
+    parser.add_argument("--orm-rows", action="store_true", help="the plain ORM instead of approvals.core.rows")
     args = parser.parse_args()
 
     from .profiling import django_setup, profiling_database

@@ -1,6 +1,6 @@
 """What the in-process profile scripts (bench.profile_proposals, bench.profile_executions) share: a
 database of their own next to DATABASE_URL's, the benchmark's settings, and Django set up with or without
-approvals.rows' hand-built statements (`--orm-rows`, bench.orm_rows)."""
+approvals.core.rows' hand-built statements (`--orm-rows`, bench.orm_rows)."""
 
 from __future__ import annotations
 
@@ -25,5 +25,5 @@ def django_setup(*, orm_rows: bool) -> None:
     if orm_rows:
         from .orm_rows import install
 
-        install()  # before any module imports approvals.rows' names
+        install()  # before any module imports approvals.core.rows' names
     django.setup()

@@ -442,8 +442,8 @@ def measure_proposals(
 
 
 def _confirm(preview: Any) -> None:
+    from approvals.core.services import preview_approve
     from approvals.models import ApprovalRole
-    from approvals.services import preview_approve
 
     preview_approve(preview_id=preview.pk, approver=preview.actor, role=ApprovalRole.CUSTOMER, digest=preview.digest)
 
@@ -775,7 +775,7 @@ def measure_seal_lag(since: datetime) -> dict[str, Any]:
 def verify_audit_log(timeout: float = 60) -> dict[str, Any]:
     """Wait for the sealer to seal every record written during the run, then check the log as
     `manage.py verify_audit` does (leaves, every signed head, consistency between heads)."""
-    from approvals.audit_seal import audit_verify, public_key
+    from approvals.audit.seal import audit_verify, public_key
     from approvals.models import AuditLeaf, AuditRecord
 
     deadline = time.monotonic() + timeout

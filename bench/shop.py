@@ -21,8 +21,8 @@ from django.contrib.auth.hashers import make_password
 from django.contrib.auth.models import Group
 from django.utils import timezone
 
+from approvals.core.services import TOKEN_PREFIX, agent_token_hash, preview_digest
 from approvals.models import AgentSession, ApprovalRole, Preview, PreviewStatus
-from approvals.services import TOKEN_PREFIX, agent_token_hash, preview_digest
 from refunds.models import Order, OrderStatus
 
 # Currency, and the range of an order's total in its minor unit (EUR/USD/GBP cents, JPY yen, KWD fils).

@@ -52,7 +52,7 @@ def configure_logging(loglevel: str | int | None = None, **kwargs: Any) -> None:
 
 @before_task_publish.connect
 def send_log_context(headers: dict[str, Any] | None = None, **kwargs: Any) -> None:
-    from approvals import logs
+    from approvals.operations import logs
 
     context = logs.current()
     if headers is not None and context:
@@ -75,7 +75,7 @@ def bind_log_context(
 ) -> None:
     """The publisher's context (its request id), else the task's id as the request id; and the
     preview of a preview task. An eager task runs in its caller's context and adds to it."""
-    from approvals import logs
+    from approvals.operations import logs
 
     request = task.request
     if getattr(request, "is_eager", False):
@@ -94,7 +94,7 @@ def bind_log_context(
 
 @task_postrun.connect
 def unbind_log_context(task: Task, **extra: Any) -> None:
-    from approvals import logs
+    from approvals.operations import logs
 
     token = getattr(task.request, "_log_context_token", None)
     if token is not None:
@@ -112,7 +112,7 @@ def start_metrics_exporter(**kwargs: Any) -> None:
     if not settings.METRICS_TOKEN:
         logging.getLogger(__name__).warning("CELERY_METRICS_PORT is set but METRICS_TOKEN is not: no exporter")
         return
-    from approvals.metrics import start_exporter
+    from approvals.operations.metrics import start_exporter
 
     start_exporter(settings.CELERY_METRICS_ADDR, settings.CELERY_METRICS_PORT)
 

@@ -2,7 +2,7 @@
 
 Called from settings only when SENTRY_DSN is set; without it nothing here runs and sentry-sdk stays
 inactive. Events carry no personal data (`send_default_pii=False`: no cookies, no user, no request
-body) and pass through the logs' scrubbing (approvals.logs.scrub_value) before they leave.
+body) and pass through the logs' scrubbing (approvals.operations.logs.scrub_value) before they leave.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ Payload = TypeVar("Payload", bound=Mapping[str, Any])
 
 def scrub_event(event: Payload, hint: dict[str, Any] | None = None) -> Payload:
     """before_send and before_breadcrumb: tokens, passwords, card and bank numbers masked throughout."""
-    from approvals.logs import scrub_value
+    from approvals.operations.logs import scrub_value
 
     return scrub_value(event)
 

@@ -45,7 +45,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     # First: the request id, request metrics, and /healthz, /readyz, /metrics before any host check.
-    "approvals.middleware.OperationsMiddleware",
+    "approvals.operations.middleware.OperationsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -102,7 +102,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"].setdefault("transaction_mode", "IMMEDIATE")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-AUTHENTICATION_BACKENDS = ["approvals.login.ThrottledModelBackend"]
+AUTHENTICATION_BACKENDS = ["approvals.site.login.ThrottledModelBackend"]
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -221,7 +221,7 @@ AGENT_SESSIONS_PER_USER_MAX = env.int("AGENT_SESSIONS_PER_USER_MAX", default=5)
 # only the first ones of each minute also get a full audit record, so a flood cannot fill the log.
 AGENT_REJECTED_CALLS_AUDITED_PER_MINUTE = env.int("AGENT_REJECTED_CALLS_AUDITED_PER_MINUTE", default=10)
 # GET /api/agent/previews/<id>?wait=N holds a web thread while it waits: capped below GUNICORN_TIMEOUT,
-# the preview read every AGENT_PREVIEW_WAIT_POLL_SECONDS (approvals/api/previews.py). At most
+# the preview read every AGENT_PREVIEW_WAIT_POLL_SECONDS (approvals/agents/api/previews.py). At most
 # AGENT_PREVIEW_WAITS_PER_SESSION_MAX waits per agent session (counted in the cache, across processes) and
 # AGENT_PREVIEW_WAITS_MAX per web process (half its threads, GUNICORN_THREADS, or 1) hold at once; past
 # either the answer is the state now, with the header Preview-Wait-Declined.
@@ -231,7 +231,7 @@ AGENT_PREVIEW_WAITS_PER_SESSION_MAX = env.int("AGENT_PREVIEW_WAITS_PER_SESSION_M
 AGENT_PREVIEW_WAITS_MAX = env.int(
     "AGENT_PREVIEW_WAITS_MAX", default=max(1, env.int("GUNICORN_THREADS", default=1) // 2)
 )
-# Agent session webhooks (approvals/webhooks.py): delivery attempts and the whole time of each (the
+# Agent session webhooks (approvals/agents/webhooks.py): delivery attempts and the whole time of each (the
 # address lookup, connecting, sending and reading the answer, of which at most 1 KiB is read).
 AGENT_WEBHOOK_MAX_ATTEMPTS = env.int("AGENT_WEBHOOK_MAX_ATTEMPTS", default=8)
 AGENT_WEBHOOK_DEADLINE_SECONDS = env.float("AGENT_WEBHOOK_DEADLINE_SECONDS", default=10.0)
@@ -270,7 +270,7 @@ def _minor_limits(name: str) -> dict[str, int]:
     return limits
 
 
-# Spending limits (approvals.limits): per agent session per day, per customer over 30 days, proposals
+# Spending limits (approvals.core.limits): per agent session per day, per customer over 30 days, proposals
 # per agent session per hour. Unset means no limit.
 SPEND_LIMIT_AGENT_DAILY = _minor_limits("SPEND_LIMIT_AGENT_DAILY")
 SPEND_LIMIT_CUSTOMER_30D = _minor_limits("SPEND_LIMIT_CUSTOMER_30D")
@@ -281,10 +281,10 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("DATA_UPLOAD_MAX_MEMORY_SIZE", default=64 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PARSER_CLASSES": ["approvals.api.parsers.StrictJSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["approvals.agents.api.parsers.StrictJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "approvals.api.errors.api_exception_handler",
+    "EXCEPTION_HANDLER": "approvals.agents.api.errors.api_exception_handler",
     "UNAUTHENTICATED_USER": None,
     # `?format=openai` belongs to the tools listing, not to DRF's renderer negotiation.
     "URL_FORMAT_OVERRIDE": None,
@@ -347,17 +347,17 @@ if HTTPS:
 
 # Logs: `text` (readable, the default, as `make run` prints) or `json` (one object per line, for
 # production). Either way each line carries the request, preview, agent session and action it belongs
-# to, where known, and secrets are scrubbed (approvals/logs.py).
+# to, where known, and secrets are scrubbed (approvals/operations/logs.py).
 LOG_FORMAT = env.str("LOG_FORMAT", default="text")
 if LOG_FORMAT not in ("text", "json"):
     raise ImproperlyConfigured(f"LOG_FORMAT must be 'text' or 'json', not {LOG_FORMAT!r}")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"context": {"()": "approvals.logs.ContextFilter"}},
+    "filters": {"context": {"()": "approvals.operations.logs.ContextFilter"}},
     "formatters": {
-        "text": {"()": "approvals.logs.TextFormatter"},
-        "json": {"()": "approvals.logs.JsonFormatter"},
+        "text": {"()": "approvals.operations.logs.TextFormatter"},
+        "json": {"()": "approvals.operations.logs.JsonFormatter"},
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["context"], "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
@@ -402,7 +402,7 @@ if AUDIT_CHECKPOINT_WEBHOOKS and not AUDIT_CHECKPOINT_WEBHOOK_SECRET:
     raise ImproperlyConfigured("AUDIT_CHECKPOINT_WEBHOOKS needs AUDIT_CHECKPOINT_WEBHOOK_SECRET (whsec_…).")
 AUDIT_SEAL_INTERVAL_SECONDS = env.float("AUDIT_SEAL_INTERVAL_SECONDS", default=0.25)
 
-# Approver notifications (approvals.notifications, with PUBLIC_BASE_URL above): Standard Webhooks
+# Approver notifications (approvals.console.notifications, with PUBLIC_BASE_URL above): Standard Webhooks
 # receivers (a Slack or Teams incoming webhook takes the `text` field), their signing secret (whsec_…),
 # how often the digest task sends what is pending (one message per person and URL), and escalation of
 # previews still waiting for staff after that many seconds (0: never).
@@ -413,7 +413,7 @@ REVIEW_NOTIFY_BATCH_SECONDS = env.int("REVIEW_NOTIFY_BATCH_SECONDS", default=30)
 REVIEW_NOTIFY_TIMEOUT_SECONDS = env.float("REVIEW_NOTIFY_TIMEOUT_SECONDS", default=5.0)
 REVIEW_ESCALATE_AFTER_SECONDS = env.int("REVIEW_ESCALATE_AFTER_SECONDS", default=4 * 3600)
 REVIEW_ESCALATE_EMAILS = [a.strip() for a in env.list("REVIEW_ESCALATE_EMAILS", default=[]) if a.strip()]
-# M-of-N staff approval per action, currency and amount band: `refund_order:EUR:100000:2,…` (approvals.quorum).
+# M-of-N staff approval per action, currency and amount band: `refund_order:EUR:100000:2,…` (approvals.core.quorum).
 REVIEW_QUORUM = env.str("REVIEW_QUORUM", default="")
 
 CELERY_BEAT_SCHEDULE = {

@@ -6,10 +6,10 @@ from django.shortcuts import redirect
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 
+from approvals.agents.mcp_server import mcp_endpoint
 from approvals.console.selectors import console_access
-from approvals.login import ThrottledLoginView
-from approvals.mcp_server import mcp_endpoint
-from approvals.registry import registry
+from approvals.core.registry import registry
+from approvals.site.login import ThrottledLoginView
 
 
 def home(request: HttpRequest) -> HttpResponse:
@@ -25,10 +25,10 @@ urlpatterns = [
     path("", home, name="home"),
     path("accounts/login/", ThrottledLoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("api/agent/", include("approvals.api.urls")),
+    path("api/agent/", include("approvals.agents.api.urls")),
     path("mcp", mcp_endpoint, name="mcp"),
     path("api/schema/", SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]), name="schema"),
-    path("previews/", include("approvals.urls")),
+    path("previews/", include("approvals.customers.urls")),
     path("orders/", include("refunds.urls")),
     path("console/", include("approvals.console.urls")),
     path("console/payments/", include("refunds.console_urls")),

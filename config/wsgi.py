@@ -17,7 +17,7 @@ def _load_before_fork() -> None:
     140 ms reading Babel's locale data, 10 ms building the URL reverse map (docs/benchmarks.md). Nothing
     here opens a connection, so nothing is shared across the fork.
     """
-    from approvals.money import format_minor
+    from approvals.core.money import format_minor
 
     resolver = get_resolver()
     resolver.url_patterns  # noqa: B018  # the property imports the URLconf

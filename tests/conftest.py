@@ -12,7 +12,7 @@ import pytest
 from django.conf import settings
 from rest_framework.test import APIClient
 
-from approvals.services import agent_session_create
+from approvals.core.services import agent_session_create
 from tests.factories import OrderFactory, UserFactory
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ def seal_all(timeout: float = 30.0) -> int:
     the server is still running: other test runs on the same server may hold a seal back a moment."""
     import time
 
-    from approvals.audit_seal import audit_seal
+    from approvals.audit.seal import audit_seal
     from approvals.models import AuditLeaf, AuditRecord
 
     sealed, deadline = 0, time.monotonic() + timeout
@@ -195,9 +195,9 @@ def give_up_execution(preview: Preview, *, effect_possible: bool = False, error:
     `effect_possible` the effect is unknown, else nothing was done (a retryable refusal)."""
     from django.db import transaction
 
-    from approvals.errors import TransientExecutionError
+    from approvals.core.errors import TransientExecutionError
+    from approvals.core.services import Outcome, execution_attempt_failed, execution_transition
     from approvals.models import Execution, Preview
-    from approvals.services import Outcome, execution_attempt_failed, execution_transition
 
     with transaction.atomic():
         locked = Preview.objects.select_for_update().get(pk=preview.pk)

@@ -23,8 +23,8 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from approvals.core.services import agent_session_create
 from approvals.models import AuditEvent, AuditRecord, Preview
-from approvals.services import agent_session_create
 from refunds.models import LocalGatewayRefund, Refund
 from tests.browser import chromium, log_in_through, requires_chromium
 from tests.factories import OrderFactory, UserFactory
@@ -85,7 +85,7 @@ class ScriptedSupportModel(BaseChatModel):
 
 
 def refund_schema():
-    from approvals.arguments import input_json_schema
+    from approvals.core.arguments import input_json_schema
     from refunds.serializers import RefundOrderArguments
 
     return input_json_schema(RefundOrderArguments)

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from approvals.services import agent_session_create
+from approvals.core.services import agent_session_create
 from refunds.models import LocalGatewayRefund, Refund
 from tests.browser import ARTIFACTS, agent_request, chromium, log_in_through, requires_chromium
 from tests.factories import OrderFactory, UserFactory

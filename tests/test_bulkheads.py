@@ -15,7 +15,8 @@ import httpx
 import pytest
 from django.conf import settings
 
-from approvals import webhooks
+from approvals.agents import webhooks
+from approvals.core.services import agent_session_create, preview_approve
 from approvals.models import (
     ApprovalRole,
     AuditEvent,
@@ -25,7 +26,6 @@ from approvals.models import (
     WebhookDelivery,
     WebhookDeliveryStatus,
 )
-from approvals.services import agent_session_create, preview_approve
 from refunds.models import LocalGatewayRefund, Order, Refund
 from tests import workers
 from tests.conftest import agent_client_for, propose

@@ -3,8 +3,8 @@
 import pytest
 from django.conf import settings
 
+from approvals.core.services import preview_approve
 from approvals.models import ApprovalRole, Preview, PreviewStatus
-from approvals.services import preview_approve
 from approvals.tasks import execute_preview
 from refunds.models import LocalGatewayRefund, Order, Refund
 from tests.conftest import agent_client_for, propose

@@ -5,8 +5,8 @@ approved, and a chain of time-outs and back-offs outlasted that: a second chain 
 import pytest
 from django.conf import settings
 
+from approvals.core.services import executions_dispatch_stalled, preview_approve
 from approvals.models import ApprovalRole, AuditRecord, Execution, Preview, PreviewStatus
-from approvals.services import executions_dispatch_stalled, preview_approve
 from refunds.models import Order, Refund
 from tests.workers import proposed_stripe_refund, publishing_to, start_worker, stop, wait_for
 

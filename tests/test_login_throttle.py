@@ -14,7 +14,7 @@ from django.test import Client
 from django.urls import clear_url_caches, resolve
 from django.urls.exceptions import Resolver404
 
-from approvals.login import client_address, username_key
+from approvals.site.login import client_address, username_key
 from tests.factories import StaffFactory, UserFactory
 
 PASSWORD = "pass-for-tests"
@@ -196,7 +196,7 @@ def test_sixteen_parallel_guesses_get_no_more_than_the_limit_checked(
 
     monkeypatch.setattr(ModelBackend, "authenticate", slow_check)
     pauses = []
-    monkeypatch.setattr("approvals.login._pause_audit", lambda scope, *args: pauses.append(scope))
+    monkeypatch.setattr("approvals.site.login._pause_audit", lambda scope, *args: pauses.append(scope))
     results = []
 
     def guess(n):

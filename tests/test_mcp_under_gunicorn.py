@@ -12,8 +12,8 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from approvals.core.services import agent_session_create
 from approvals.models import AuditEvent, AuditRecord, Preview
-from approvals.services import agent_session_create
 from tests import workers
 from tests.factories import OrderFactory, UserFactory
 from tests.workers import ROOT, free_port, stop, wait_for

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
+from approvals.core.services import preview_approve, preview_execute
 from approvals.models import ApprovalRole, AuditRecord, Preview, PreviewStatus
-from approvals.services import preview_approve, preview_execute
 from refunds.models import LocalGatewayRefund, Order, Refund
 from tests.conftest import propose
 

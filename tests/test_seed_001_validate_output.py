@@ -8,7 +8,7 @@ import datetime
 
 import pytest
 
-from approvals.errors import PolicyRefusal
+from approvals.core.errors import PolicyRefusal
 from approvals.models import AuditRecord, Preview
 from refunds.models import Order, OrderStatus, Refund
 from refunds.policy import refund_policy_check, refund_policy_checks

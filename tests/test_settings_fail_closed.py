@@ -90,8 +90,8 @@ CONCURRENT_CONFIRMATIONS = textwrap.dedent("""
     setup_test_environment(debug=False)
     call_command("migrate", verbosity=0)
     from approvals.models import Preview
-    from approvals.services import agent_session_create, proposal_submit
-    from approvals.registry import registry
+    from approvals.core.services import agent_session_create, proposal_submit
+    from approvals.core.registry import registry
     from refunds.models import Order, Refund
     from tests.factories import OrderFactory, UserFactory
 

@@ -13,9 +13,9 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import Sum
 
-from approvals.audit_seal import audit_verify, public_key
+from approvals.audit.seal import audit_verify, public_key
+from approvals.core.services import agent_session_create
 from approvals.models import AuditLeaf, AuditRecord, Preview, PreviewStatus
-from approvals.services import agent_session_create
 from refunds.models import Order, Refund
 from tests.conftest import seal_all
 from tests.factories import OrderFactory, UserFactory

@@ -3,7 +3,7 @@
 from celery import current_app
 from django.conf import settings
 
-from approvals.publish import DELIVER_AUDIT_CHECKPOINT, EXECUTE_PREVIEW, NOTIFY_COUNTER_PROPOSAL
+from approvals.operations.publish import DELIVER_AUDIT_CHECKPOINT, EXECUTE_PREVIEW, NOTIFY_COUNTER_PROPOSAL
 
 
 def queue_of(task_name: str) -> str:

@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from .selectors import AUDIT_EXPORT_FIELDS
+from approvals.console.selectors import AUDIT_EXPORT_FIELDS
 
 # A spreadsheet runs a cell starting with one of these as a formula; agent-supplied text
 # (the raw arguments) must never become one. JSON lines keep the exact values.

@@ -10,10 +10,10 @@ from django import forms
 from django.core.validators import RegexValidator
 from django.utils import timezone
 
-from ..models import PreviewStatus
-from ..registry import CounterField
-from ..review_work import BulkItem
-from .selectors import ALL_STATES, DEFAULT_QUEUE_STATE, QueueFilters
+from approvals.console.review_work import BulkItem
+from approvals.console.selectors import ALL_STATES, DEFAULT_QUEUE_STATE, QueueFilters
+from approvals.core.registry import CounterField
+from approvals.models import PreviewStatus
 
 AGE_CHOICES = [
     ("", "Any age"),

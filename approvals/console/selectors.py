@@ -19,7 +19,21 @@ from django.db import connection
 from django.db.models import Case, Count, Q, QuerySet, When
 from django.utils import timezone
 
-from ..models import (
+from approvals.console.notifications import escalation_due_before, reviewers
+from approvals.core.presentation import preview_execution, preview_state_words
+from approvals.core.quorum import counting_staff_approvers
+from approvals.core.registry import (
+    Action,
+    CounterField,
+    DisplayRow,
+    FactTable,
+    ReviewDocument,
+    RiskFlag,
+    RuleResult,
+    registry,
+)
+from approvals.core.services import execution_staff_step, executions_of
+from approvals.models import (
     AgentSession,
     Approval,
     ApprovalRole,
@@ -32,11 +46,6 @@ from ..models import (
     ReviewClaim,
     WebhookDelivery,
 )
-from ..notifications import escalation_due_before, reviewers
-from ..presentation import preview_execution, preview_state_words
-from ..quorum import counting_staff_approvers
-from ..registry import Action, CounterField, DisplayRow, FactTable, ReviewDocument, RiskFlag, RuleResult, registry
-from ..services import execution_staff_step, executions_of
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User  # settings.AUTH_USER_MODEL, as django-stubs resolves it

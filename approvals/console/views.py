@@ -20,21 +20,10 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.http import require_GET, require_POST
 
-from ..audit_seal import audit_seal, preview_receipt
-from ..counter import preview_counter_propose
-from ..digests import digest_of
-from ..errors import DecisionError, ErrorCode, PolicyRefusal
-from ..models import ApprovalRole, Preview, PreviewOrigin, PreviewStatus
-from ..money import DISPLAY_LOCALE, amounts_typed_in
-from ..presentation import customer_note, preview_execution, preview_state_key
-from ..registry import registry
-from ..review_work import preview_claim, preview_release, previews_decide_many
-from ..services import agent_sessions_revoke, execution_retry, preview_approve, preview_decline, preview_refresh
-from ..types import AuthenticatedHttpRequest
-from ..words import customer_wrote
-from . import selectors
-from .exports import audit_csv, audit_jsonl
-from .forms import (
+from approvals.audit.seal import audit_seal, preview_receipt
+from approvals.console import selectors
+from approvals.console.exports import audit_csv, audit_jsonl
+from approvals.console.forms import (
     ApproveForm,
     AuditExportForm,
     BulkDecisionForm,
@@ -43,6 +32,23 @@ from .forms import (
     QueueFilterForm,
     RejectForm,
 )
+from approvals.console.review_work import preview_claim, preview_release, previews_decide_many
+from approvals.core.counter import preview_counter_propose
+from approvals.core.digests import digest_of
+from approvals.core.errors import DecisionError, ErrorCode, PolicyRefusal
+from approvals.core.money import DISPLAY_LOCALE, amounts_typed_in
+from approvals.core.presentation import customer_note, preview_execution, preview_state_key
+from approvals.core.registry import registry
+from approvals.core.services import (
+    agent_sessions_revoke,
+    execution_retry,
+    preview_approve,
+    preview_decline,
+    preview_refresh,
+)
+from approvals.core.types import AuthenticatedHttpRequest
+from approvals.core.words import customer_wrote
+from approvals.models import ApprovalRole, Preview, PreviewOrigin, PreviewStatus
 
 View = Callable[..., HttpResponseBase]
 

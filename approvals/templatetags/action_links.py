@@ -7,8 +7,8 @@ from typing import Any
 
 from django import template
 
+from approvals.core.registry import Link, registry
 from approvals.models import Preview
-from approvals.registry import Link, registry
 
 register = template.Library()
 

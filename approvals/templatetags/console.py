@@ -91,7 +91,7 @@ def form_field(form: Any, name: str) -> Any:
 
 @register.filter
 def review_summary(preview: Preview) -> str:
-    from approvals.registry import registry
+    from approvals.core.registry import registry
 
     action = registry.action(preview.action)
     return action.review_summary(preview) if action else f"{preview.action} on {preview.subject_id}"
@@ -170,6 +170,6 @@ def record_sentence(record: Any) -> str:
 
 @register.filter
 def customer_headline(preview: Preview) -> str:
-    from approvals.presentation import preview_headline
+    from approvals.core.presentation import preview_headline
 
     return preview_headline(preview)

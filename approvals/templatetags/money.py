@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django import template
 
-from approvals.money import format_minor
+from approvals.core.money import format_minor
 
 register = template.Library()
 

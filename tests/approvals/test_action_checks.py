@@ -2,8 +2,8 @@
 
 import copy
 
-from approvals.checks import action_permissions_check
-from approvals.registry import StaffRole, registry
+from approvals.core.checks import action_permissions_check
+from approvals.core.registry import StaffRole, registry
 
 
 def test_the_installed_actions_name_declared_permissions():

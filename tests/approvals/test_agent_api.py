@@ -10,11 +10,11 @@ from django.test import override_settings
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from approvals.api.formats import strict_openai_schema
-from approvals.arguments import input_json_schema
-from approvals.digests import sha256_hex
+from approvals.agents.api.formats import strict_openai_schema
+from approvals.core.arguments import input_json_schema
+from approvals.core.digests import sha256_hex
+from approvals.core.services import preview_decline
 from approvals.models import AgentSession, ApprovalRole, AuditRecord, IdempotencyRecord, Preview, PreviewStatus
-from approvals.services import preview_decline
 from refunds.models import Refund
 from refunds.serializers import RefundOrderArguments
 from tests.conftest import agent_client_for, propose

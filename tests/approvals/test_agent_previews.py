@@ -2,8 +2,8 @@
 
 import pytest
 
+from approvals.core.services import preview_approve
 from approvals.models import ApprovalRole, AuditEvent, AuditRecord, Preview
-from approvals.services import preview_approve
 from tests.conftest import agent_client_for, propose
 from tests.factories import OrderFactory
 
@@ -92,7 +92,7 @@ def test_long_poll_answers_at_the_change(alice, o12, settings, monkeypatch, djan
         if len(slept) == 2:
             confirmed(preview_id, alice, django_capture_on_commit_callbacks)
 
-    monkeypatch.setattr("approvals.api.previews.time.sleep", customer_confirms_meanwhile)
+    monkeypatch.setattr("approvals.agents.api.previews.time.sleep", customer_confirms_meanwhile)
     response = agent.get(f"/api/agent/previews/{preview_id}?wait=30")
     assert response.status_code == 200
     assert response.json()["status"] == "executed" and response.json()["outcome"] == "succeeded"
@@ -117,7 +117,7 @@ def test_long_poll_returns_at_once_for_a_final_state(
     agent = agent_client_for(alice)
     preview_id = make_previews(agent, o12, 1)[0]
     confirmed(preview_id, alice, django_capture_on_commit_callbacks)
-    monkeypatch.setattr("approvals.api.previews.time.sleep", lambda seconds: pytest.fail("it waited"))
+    monkeypatch.setattr("approvals.agents.api.previews.time.sleep", lambda seconds: pytest.fail("it waited"))
     response = agent.get(f"/api/agent/previews/{preview_id}?wait=30")
     assert response.json()["status"] == "executed"
     assert response["Preview-Waited-Seconds"] == "0.0"
@@ -177,7 +177,7 @@ def test_a_wait_over_the_sessions_limit_answers_the_state_at_once_saying_so(alic
     settings.AGENT_PREVIEW_WAITS_PER_SESSION_MAX = 0
     agent = agent_client_for(alice)
     preview_id = make_previews(agent, o12, 1)[0]
-    monkeypatch.setattr("approvals.api.previews.time.sleep", lambda seconds: pytest.fail("it waited"))
+    monkeypatch.setattr("approvals.agents.api.previews.time.sleep", lambda seconds: pytest.fail("it waited"))
     response = agent.get(f"/api/agent/previews/{preview_id}?wait=30")
     assert response.status_code == 200
     assert response.json() == agent.get(f"/api/agent/previews/{preview_id}").json()
@@ -192,7 +192,7 @@ def test_waits_hold_at_most_their_slots_per_session_and_per_process_and_give_the
     import threading
     import uuid
 
-    from approvals.api import previews
+    from approvals.agents.api import previews
 
     settings.AGENT_PREVIEW_WAITS_PER_SESSION_MAX = 2
     settings.AGENT_PREVIEW_WAITS_MAX = 3

@@ -14,9 +14,9 @@ from django.test import Client
 from django.utils import timezone
 from standardwebhooks.webhooks import Webhook
 
-from approvals import webhooks
+from approvals.agents import webhooks
+from approvals.core.services import agent_session_create, preview_approve
 from approvals.models import AgentSession, ApprovalRole, Preview, WebhookDelivery, WebhookDeliveryStatus
-from approvals.services import agent_session_create, preview_approve
 from refunds.models import Refund
 from tests.conftest import propose
 from tests.factories import OrderFactory, UserFactory

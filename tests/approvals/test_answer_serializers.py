@@ -4,17 +4,17 @@ field added to an answer and not to its serializer fails here instead of vanishi
 
 import json
 
-from approvals.api.calls import tool_call
-from approvals.api.errors import error_body
-from approvals.api.serializers import (
+from approvals.agents.api.calls import tool_call
+from approvals.agents.api.errors import error_body
+from approvals.agents.api.serializers import (
     ErrorEnvelopeSerializer,
     PreviewEnvelopeSerializer,
     PreviewPageSerializer,
     answer_data,
     preview_page_data,
 )
+from approvals.core.presentation import preview_envelope
 from approvals.models import Preview
-from approvals.presentation import preview_envelope
 from tests.conftest import propose
 
 BASE_URL = "http://testserver/"

@@ -11,9 +11,9 @@ from django.core.management import call_command
 from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from approvals.audit_seal import audit_seal
+from approvals.audit.seal import audit_seal
+from approvals.core.services import audit_record, audited_transaction
 from approvals.models import AuditEvent, AuditLeaf, AuditRecord, IdempotencyRecord, Preview
-from approvals.services import audit_record, audited_transaction
 from tests.conftest import propose, seal_all
 
 

@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.core.management import call_command
 from django.db import DatabaseError, connection, transaction
 
-from approvals.audit_log import (
+from approvals.audit.log import (
     LOG_ID,
     LeafTree,
     canonical_bytes,
@@ -24,9 +24,9 @@ from approvals.audit_log import (
     tree_head_message,
     tree_head_signature_valid,
 )
-from approvals.audit_seal import audit_seal, public_key
+from approvals.audit.seal import audit_seal, public_key
+from approvals.core.services import audit_record
 from approvals.models import AuditEvent, AuditLeaf, AuditRecord, AuditTreeHead, Preview
-from approvals.services import audit_record
 from tests.conftest import propose, seal_all, tampering
 
 
@@ -146,7 +146,7 @@ def test_records_are_plain_inserts_sealed_once_each_in_order(db, alice):
 def public_key_text_of_settings():
     from django.conf import settings
 
-    from approvals.audit_log import private_key_from
+    from approvals.audit.log import private_key_from
 
     return public_key_text(private_key_from(settings.AUDIT_SIGNING_KEY))
 
@@ -171,7 +171,7 @@ def test_a_large_backlog_is_sealed_in_batches_each_record_once(db, alice):
 
 
 def test_values_the_encoding_cannot_represent_exactly_are_refused_when_recorded(db, alice):
-    from approvals.audit_log import AuditEncodingError
+    from approvals.audit.log import AuditEncodingError
 
     with pytest.raises(AuditEncodingError):
         audit_record(event=AuditEvent.PROPOSED, actor=alice, result={"too_big": 2**60})
@@ -440,7 +440,7 @@ def test_postgres_refuses_to_change_what_a_preview_proposes(some_history):
 
 
 def test_a_malformed_signing_key_fails_the_system_check_without_showing_it(settings):
-    from approvals.checks import audit_signing_key_check
+    from approvals.core.checks import audit_signing_key_check
 
     assert audit_signing_key_check(None) == []
     settings.AUDIT_SIGNING_KEY = "c2VjcmV0LWJ1dC10b28tc2hvcnQ="

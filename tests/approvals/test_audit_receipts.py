@@ -9,8 +9,8 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.core.management import call_command
 
-from approvals.audit_log import RECEIPT_FORMAT, public_key_text, receipt_check
-from approvals.audit_seal import public_key
+from approvals.audit.log import RECEIPT_FORMAT, public_key_text, receipt_check
+from approvals.audit.seal import public_key
 from approvals.models import AuditEvent, AuditRecord, AuditTreeHead
 from tests.conftest import agent_client_for, propose
 
@@ -120,7 +120,7 @@ def test_the_receipt_is_checked_without_django_too(alice_agent, proposed, tmp_pa
     path.write_text(json.dumps(receipt))
     env = {"PATH": "/usr/bin:/bin"}  # no DJANGO_SETTINGS_MODULE, no SECRET_KEY, no database
     run = subprocess.run(
-        [sys.executable, "-m", "approvals.audit_log", str(path), "--public-key", _public_key_text()],
+        [sys.executable, "-m", "approvals.audit.log", str(path), "--public-key", _public_key_text()],
         capture_output=True,
         text=True,
         env=env,
@@ -130,7 +130,7 @@ def test_the_receipt_is_checked_without_django_too(alice_agent, proposed, tmp_pa
     receipt["records"][0]["record"]["event"] = "declined"
     path.write_text(json.dumps(receipt))
     run = subprocess.run(
-        [sys.executable, "-m", "approvals.audit_log", str(path), "--public-key", _public_key_text()],
+        [sys.executable, "-m", "approvals.audit.log", str(path), "--public-key", _public_key_text()],
         capture_output=True,
         text=True,
         env=env,

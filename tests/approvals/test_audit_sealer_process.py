@@ -13,8 +13,8 @@ import pytest
 from django.conf import settings
 from django.db import transaction
 
+from approvals.core.services import audit_record
 from approvals.models import AuditEvent, AuditLeaf, AuditRecord, AuditTreeHead
-from approvals.services import audit_record
 from tests import workers
 
 pytestmark = pytest.mark.postgres

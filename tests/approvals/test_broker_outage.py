@@ -3,8 +3,8 @@ sweeper executes it once the broker is back."""
 
 import pytest
 
+from approvals.core.services import executions_dispatch_stalled as previews_dispatch_stalled
 from approvals.models import AuditRecord, Preview, PreviewStatus
-from approvals.services import executions_dispatch_stalled as previews_dispatch_stalled
 from refunds.models import LocalGatewayRefund, Refund
 from tests.conftest import agent_client_for, propose
 from tests.factories import OrderFactory, UserFactory

@@ -3,8 +3,8 @@ reviewers see it quoted as the customer's (issue 30)."""
 
 import pytest
 
+from approvals.core.presentation import preview_envelope
 from approvals.models import Preview, PreviewStatus
-from approvals.presentation import preview_envelope
 from tests.conftest import agent_client_for, propose
 from tests.console.conftest import logged_in, make_reviewer
 from tests.factories import OrderFactory, UserFactory

@@ -8,9 +8,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from approvals.errors import TransientExecutionError
+from approvals.core.errors import TransientExecutionError
+from approvals.core.services import preview_approve, preview_execute
 from approvals.models import ApprovalRole, AuditRecord, Preview, PreviewStatus
-from approvals.services import preview_approve, preview_execute
 from refunds.gateways import LocalGateway
 from refunds.models import LocalGatewayRefund, Order, Refund
 from tests.conftest import events, propose

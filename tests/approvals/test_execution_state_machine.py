@@ -8,9 +8,8 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from approvals.models import AuditRecord, Execution, Preview, PreviewStatus
-from approvals.presentation import STATE_WORDING, preview_message
-from approvals.services import (
+from approvals.core.presentation import STATE_WORDING, preview_message
+from approvals.core.services import (
     TRANSITIONS,
     IllegalTransition,
     Outcome,
@@ -21,8 +20,9 @@ from approvals.services import (
     preview_status_for,
     previews_expire_stale,
 )
-from approvals.services.execution import attempt as executions
-from approvals.services.execution import sweeps
+from approvals.core.services.execution import attempt as executions
+from approvals.core.services.execution import sweeps
+from approvals.models import AuditRecord, Execution, Preview, PreviewStatus
 from refunds.models import LocalGatewayRefund, Order, Refund
 from tests.approvals.test_preview_execute import approve_held, make_preview
 from tests.conftest import events

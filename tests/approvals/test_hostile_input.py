@@ -17,7 +17,7 @@ from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from approvals.api.throttling import AgentSessionThrottle
+from approvals.agents.api.throttling import AgentSessionThrottle
 from approvals.models import (
     AgentSession,
     Approval,

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.postgres
 
 @pytest.fixture
 def token(transactional_db):
-    from approvals.services import agent_session_create
+    from approvals.core.services import agent_session_create
 
     alice = UserFactory(username="alice")
     OrderFactory(number="o-12", customer=alice, currency="EUR", total_minor=1000)

@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
 from approvals.models import AuditRecord
-from approvals.shop_import import ShopDataInvalid, shop_data_validate
+from approvals.site.shop_import import ShopDataInvalid, shop_data_validate
 
 from .test_shop_data_commands import SHOP
 

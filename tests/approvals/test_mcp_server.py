@@ -11,9 +11,9 @@ from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from approvals.arguments import input_json_schema
+from approvals.core.arguments import input_json_schema
+from approvals.core.services import agent_session_create, preview_approve
 from approvals.models import ApprovalRole, AuditEvent, AuditRecord, Preview, PreviewStatus
-from approvals.services import agent_session_create, preview_approve
 from refunds.models import OrderStatus, Refund
 from refunds.serializers import RefundOrderArguments
 from tests.event_loops import run

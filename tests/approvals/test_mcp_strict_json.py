@@ -6,8 +6,8 @@ import json
 import pytest
 from django.test import Client
 
+from approvals.core.services import agent_session_create
 from approvals.models import AuditEvent, AuditRecord, Preview
-from approvals.services import agent_session_create
 from tests.factories import OrderFactory, UserFactory
 
 META = (

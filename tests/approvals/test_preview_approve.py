@@ -11,9 +11,9 @@ from django.contrib.auth.models import Group
 from django.db.models import F
 from django.utils import timezone
 
-from approvals.errors import DecisionError
+from approvals.core.errors import DecisionError
+from approvals.core.services import preview_approve, preview_decline, previews_expire_stale
 from approvals.models import Approval, ApprovalRole, AuditRecord, Preview, PreviewStatus
-from approvals.services import preview_approve, preview_decline, previews_expire_stale
 from refunds.models import LocalGatewayRefund, Order, Refund
 from tests.conftest import assert_nothing_moved, events, execution_callbacks, propose
 from tests.factories import OrderFactory, StaffFactory
@@ -350,9 +350,9 @@ def test_above_threshold_needs_staff_after_the_customer_and_then_executes(
 
 
 def test_a_staff_approval_needs_the_review_permission_in_the_service_too(alice, o12, settings):
-    from approvals.errors import DecisionError
+    from approvals.core.errors import DecisionError
+    from approvals.core.services import preview_approve
     from approvals.models import ApprovalRole, Preview, PreviewStatus
-    from approvals.services import preview_approve
     from tests.conftest import agent_client_for, propose
     from tests.factories import StaffFactory, UserFactory
 

@@ -11,10 +11,10 @@ import pytest
 from django.db import connection
 from django.db.models import F
 
-from approvals.errors import DecisionError
+from approvals.core.errors import DecisionError
+from approvals.core.services import preview_approve, preview_execute
+from approvals.core.services.execution import attempt as executions
 from approvals.models import Approval, ApprovalRole, AuditRecord, Preview, PreviewStatus
-from approvals.services import preview_approve, preview_execute
-from approvals.services.execution import attempt as executions
 from approvals.tasks import execute_preview
 from refunds.models import LocalGatewayRefund, Order, OrderStatus, Refund
 from tests.conftest import assert_nothing_moved, events, execution_callbacks, propose, tampering

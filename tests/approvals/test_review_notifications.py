@@ -13,8 +13,8 @@ from django.contrib.auth.models import Group
 from django.utils import timezone
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
+from approvals.console.notifications import notify_reviewers
 from approvals.models import AuditEvent, AuditRecord, Preview, PreviewStatus, ReviewNotice
-from approvals.notifications import notify_reviewers
 from tests.console.conftest import bulk_previews, logged_in, make_reviewer
 from tests.factories import StaffFactory, UserFactory
 from tests.invoices.conftest import RecordingHandler, free_port
@@ -200,7 +200,7 @@ def test_a_mail_server_that_is_down_leaves_the_email_pending(settings, receiver,
 
 def test_a_preview_decided_before_the_run_is_not_announced(smtp, receiver, reviewers):
     preview = bulk_previews(1, customer=UserFactory(username="dora"), order_number="o-1")[0]
-    from approvals.notifications import notices_record, notices_send
+    from approvals.console.notifications import notices_record, notices_send
 
     notices_record()
     Preview.objects.filter(pk=preview.pk).update(status=PreviewStatus.REJECTED)
@@ -233,8 +233,9 @@ def test_a_burst_entering_the_staff_queue_schedules_one_digest(
     the window's end; the rest of the burst joins it."""
     from django.core.cache import cache
 
-    from approvals import tasks, transitions
-    from approvals.notifications import KICK_KEY, _kick_on_waiting
+    from approvals import tasks
+    from approvals.console.notifications import KICK_KEY, _kick_on_waiting
+    from approvals.core import transitions
     from tests.console.conftest import confirmed, proposed
     from tests.factories import OrderFactory
 

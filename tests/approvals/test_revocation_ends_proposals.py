@@ -7,11 +7,11 @@ from django.core.management import call_command
 from django.test import Client
 from django.utils import timezone
 
-from approvals.errors import DecisionError
+from approvals.core.errors import DecisionError
+from approvals.core.services import agent_sessions_revoke, preview_approve
+from approvals.core.services.execution import preview_execute
+from approvals.core.services.execution.attempt import attempt_begin
 from approvals.models import AgentSession, ApprovalRole, AuditRecord, Preview, PreviewStatus
-from approvals.services import agent_sessions_revoke, preview_approve
-from approvals.services.execution import preview_execute
-from approvals.services.execution.attempt import attempt_begin
 from tests.conftest import agent_client_for, assert_nothing_moved, events, propose
 from tests.factories import OrderFactory, StaffFactory
 

@@ -1,4 +1,4 @@
-"""The hot paths' statements (approvals/rows.py, amount_in_flight) give what the ORM would."""
+"""The hot paths' statements (approvals/core/rows.py, amount_in_flight) give what the ORM would."""
 
 import uuid
 from contextlib import nullcontext
@@ -9,15 +9,7 @@ from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from approvals.models import (
-    AuditRecord,
-    Execution,
-    ExecutionOutcome,
-    IdempotencyRecord,
-    Preview,
-    PreviewStatus,
-)
-from approvals.rows import (
+from approvals.core.rows import (
     column_sql,
     fetch_all,
     fetch_one,
@@ -26,7 +18,15 @@ from approvals.rows import (
     statement_cursor,
     update_fields,
 )
-from approvals.selectors import amount_in_flight, amount_in_flight_expression
+from approvals.core.selectors import amount_in_flight, amount_in_flight_expression
+from approvals.models import (
+    AuditRecord,
+    Execution,
+    ExecutionOutcome,
+    IdempotencyRecord,
+    Preview,
+    PreviewStatus,
+)
 from refunds.models import Order
 from tests.conftest import agent_client_for
 

@@ -5,9 +5,9 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
+from approvals.core.registry import registry
+from approvals.core.services import agent_token_hash
 from approvals.models import AgentSession, AuditRecord
-from approvals.registry import registry
-from approvals.services import agent_token_hash
 from invoices.models import Invoice, StandingApproval
 from refunds.models import Order
 from tests.conftest import agent_client_for
@@ -176,7 +176,7 @@ def test_seed_demo_loads_the_seed_documents_shop_and_mints_a_working_token(db, c
 def test_seed_demo_runs_again_after_the_demo_was_used_and_mints_one_live_token(db, django_capture_on_commit_callbacks):
     """`make run` twice: the second seeding keeps the refund made in between (re-importing o-12 as
     unrefunded would contradict the ledger) and mints a fresh token, revoking the previous one."""
-    from approvals.services import preview_execute
+    from approvals.core.services import preview_execute
     from tests.approvals.test_preview_execute import approve_held, make_preview
 
     first = StringIO()

@@ -1,4 +1,4 @@
-"""Spending limits (approvals.limits): per agent session per day, per customer over 30 days, and a count
+"""Spending limits (approvals.core.limits): per agent session per day, per customer over 30 days, and a count
 per session per hour, checked in the proposal's transaction under row locks."""
 
 import threading
@@ -10,8 +10,8 @@ from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from approvals.core.services import agent_session_create, preview_approve, preview_decline
 from approvals.models import ApprovalRole, AuditRecord, Preview, PreviewStatus
-from approvals.services import agent_session_create, preview_approve, preview_decline
 from refunds.models import Refund
 from tests.conftest import agent_client_for, propose
 from tests.factories import OrderFactory, StaffFactory, UserFactory

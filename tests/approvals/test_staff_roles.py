@@ -1,4 +1,4 @@
-"""The staff groups come from the registry after every migrate (approvals.staff_roles), not from data
+"""The staff groups come from the registry after every migrate (approvals.core.staff_roles), not from data
 migrations: created with their permissions, never changed by a second run, never stripped of what an
 operator added; and an action cannot register without the permission that decides its previews."""
 
@@ -8,7 +8,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 
-from approvals.registry import Action, Registry, registry
+from approvals.core.registry import Action, Registry, registry
 from tests.toy_action.actions import RenameBoardAction
 
 DECLARED = {

@@ -9,9 +9,9 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from approvals.errors import ApplicationError
+from approvals.core.errors import ApplicationError
+from approvals.core.services import agent_session_create, agent_sessions_revoke
 from approvals.models import AgentSession, AuditRecord, RejectedCallTally
-from approvals.services import agent_session_create, agent_sessions_revoke
 from tests.conftest import agent_client_for, propose
 
 from .test_agent_api import csrf_token, logged_in_browser

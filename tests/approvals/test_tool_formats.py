@@ -8,7 +8,7 @@ import jsonschema
 import mcp_types
 import pytest
 
-from approvals.arguments import MAX_SAFE_MINOR, input_json_schema
+from approvals.core.arguments import MAX_SAFE_MINOR, input_json_schema
 from refunds.serializers import RefundOrderArguments
 from tests.conftest import agent_client_for, propose
 

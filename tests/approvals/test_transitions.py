@@ -2,9 +2,9 @@
 
 import pytest
 
-from approvals import transitions
+from approvals.core import transitions
+from approvals.core.services import preview_approve, preview_decline, preview_execute
 from approvals.models import ApprovalRole, Preview
-from approvals.services import preview_approve, preview_decline, preview_execute
 from tests.approvals.test_preview_execute import make_preview, propose
 
 
@@ -66,7 +66,7 @@ def test_a_listener_not_interested_in_a_preview_queues_nothing_for_it(
 def test_the_webhook_listener_is_not_queued_for_a_session_read_without_a_webhook(
     alice, o12, alice_agent, django_capture_on_commit_callbacks
 ):
-    from approvals.webhooks import preview_transition_webhook
+    from approvals.agents.webhooks import preview_transition_webhook
 
     assert preview_transition_webhook in transitions._listeners
     with django_capture_on_commit_callbacks(execute=False) as callbacks:

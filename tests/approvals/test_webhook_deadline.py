@@ -5,9 +5,9 @@ must have ended (and been recorded) while the receiver is still at it."""
 
 import pytest
 
-from approvals import webhooks
+from approvals.agents import webhooks
+from approvals.core.services import agent_session_create
 from approvals.models import WebhookDelivery, WebhookDeliveryStatus
-from approvals.services import agent_session_create
 from tests.stuck_receivers import StuckReceiver
 from tests.workers import wait_for
 

@@ -1,7 +1,7 @@
 """Words a customer or an agent chose, as a reviewer reads them: quoted, on one line, named as
 theirs, and escaped for Slack (issue 30)."""
 
-from approvals.words import agent_chose, customer_named, customer_wrote, quoted, slack_escaped
+from approvals.core.words import agent_chose, customer_named, customer_wrote, quoted, slack_escaped
 from tests.console.conftest import bulk_previews, logged_in, make_reviewer
 from tests.factories import UserFactory
 

@@ -142,8 +142,8 @@ def test_slow_samples_are_counted_by_the_second_they_were_due_in():
 def test_the_seal_lag_runs_from_the_transactions_last_record_to_its_first_signed_head(transactional_db):
     from django.db import transaction
 
+    from approvals.core.services import audit_record
     from approvals.models import AuditEvent
-    from approvals.services import audit_record
     from bench.run import measure_seal_lag
     from tests.conftest import seal_all
     from tests.factories import UserFactory

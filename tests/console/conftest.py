@@ -7,8 +7,8 @@ from django.contrib.auth.models import Group
 from django.http import HttpResponse
 from django.test import Client
 
+from approvals.core.services import preview_approve
 from approvals.models import ApprovalRole, Preview, PreviewStatus
-from approvals.services import preview_approve
 from invoices.permissions import BILLING
 from refunds.permissions import REFUND_REVIEWERS
 from tests.conftest import agent_client_for, propose

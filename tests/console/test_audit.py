@@ -128,8 +128,8 @@ def test_staff_download_a_previews_audit_receipt(reviewer_client, awaiting_staff
 
     from django.core.management import call_command
 
-    from approvals.audit_log import receipt_check
-    from approvals.audit_seal import public_key
+    from approvals.audit.log import receipt_check
+    from approvals.audit.seal import public_key
 
     response = reviewer_client.get(f"/console/previews/{awaiting_staff.pk}/receipt")
     assert response.status_code == 200

@@ -210,8 +210,8 @@ def test_a_refund_after_an_earlier_one_is_not_flagged_first(awaiting_staff, revi
 def test_a_processing_preview_page_polls_its_status(
     awaiting_staff, reviewer_client, second_reviewer, staff_without_permission, django_capture_on_commit_callbacks
 ):
+    from approvals.core.services import preview_approve
     from approvals.models import ApprovalRole
-    from approvals.services import preview_approve
 
     with django_capture_on_commit_callbacks(execute=False):
         preview_approve(

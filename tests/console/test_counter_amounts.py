@@ -4,8 +4,8 @@ back before anything is proposed (issue 30)."""
 import pytest
 from django.test import Client
 
+from approvals.core.money import amounts_typed_in, parse_major
 from approvals.models import AuditEvent, AuditRecord, Preview, PreviewStatus
-from approvals.money import amounts_typed_in, parse_major
 
 from .conftest import READING, counter_confirmed, counter_read_back
 

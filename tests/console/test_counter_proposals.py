@@ -7,10 +7,10 @@ import re
 import pytest
 from django.core import mail
 
-from approvals.counter import preview_counter_propose
-from approvals.errors import DecisionError
+from approvals.core.counter import preview_counter_propose
+from approvals.core.errors import DecisionError
+from approvals.core.services import preview_approve
 from approvals.models import ApprovalRole, AuditEvent, AuditRecord, Preview, PreviewStatus
-from approvals.services import preview_approve
 from refunds.models import Refund
 from tests.conftest import agent_client_for
 

@@ -2,8 +2,8 @@
 
 import re
 
+from approvals.core.services import preview_approve
 from approvals.models import ApprovalRole
-from approvals.services import preview_approve
 from refunds.models import Refund
 from tests.conftest import agent_client_for
 

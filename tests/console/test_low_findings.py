@@ -95,7 +95,7 @@ def test_harmless_text_is_kept_and_every_cell_is_quoted():
 
 @pytest.fixture
 def receipt_and_key(awaiting_staff, reviewer_client, tmp_path):
-    from approvals.audit_seal import public_key
+    from approvals.audit.seal import public_key
 
     response = reviewer_client.get(f"/console/previews/{awaiting_staff.pk}/receipt")
     assert response.status_code == 200
@@ -123,7 +123,7 @@ def test_a_receipt_without_its_preview_is_refused(receipt_and_key, tmp_path):
 
 
 def test_a_receipt_holding_another_previews_records_is_refused(receipt_and_key, tmp_path):
-    from approvals.audit_log import receipt_check
+    from approvals.audit.log import receipt_check
 
     receipt, key = receipt_and_key
     receipt["preview"] = "0f8e0000-0000-0000-0000-000000000000"

@@ -8,8 +8,10 @@ re-proposal.
 import pytest
 from django.contrib.auth.models import Permission
 
-from approvals.counter import preview_counter_propose
-from approvals.errors import DecisionError
+from approvals.console.review_work import preview_claim, preview_release
+from approvals.core.counter import preview_counter_propose
+from approvals.core.errors import DecisionError
+from approvals.core.services import preview_approve, preview_execute
 from approvals.models import (
     Approval,
     ApprovalRole,
@@ -22,8 +24,6 @@ from approvals.models import (
     PreviewStatus,
     ReviewClaim,
 )
-from approvals.review_work import preview_claim, preview_release
-from approvals.services import preview_approve, preview_execute
 from refunds.models import Refund, RefundStatus
 from refunds.services import refund_propose_again
 from tests.factories import OrderFactory, StaffFactory

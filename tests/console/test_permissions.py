@@ -48,8 +48,8 @@ def targets(awaiting_staff, failed_transient_other):
 @pytest.fixture
 def failed_transient_other(big_order, second_reviewer, django_capture_on_commit_callbacks):
     """A second preview on the same order whose execution gave up after transient errors."""
+    from approvals.core.services import preview_approve
     from approvals.models import ApprovalRole
-    from approvals.services import preview_approve
     from tests.conftest import give_up_execution
 
     from .conftest import confirmed, proposed

@@ -124,15 +124,15 @@ def test_the_pages_at_390_px_and_with_axe(live_server, browser_env, alice, setti
     reviewer = make_reviewer("sam")
     OrderFactory(number="o-64", customer=alice, currency="EUR", total_minor=50000)
     waiting = confirmed(proposed(alice, "o-64", 25000))
+    from approvals.core.services import preview_approve
     from approvals.models import ApprovalRole
-    from approvals.services import preview_approve
 
     preview_approve(
         preview_id=waiting.pk, approver=make_reviewer("ron"), role=ApprovalRole.STAFF, digest=waiting.digest
     )
     OrderFactory(number="o-65", customer=alice, currency="EUR", total_minor=9000)
     to_confirm = proposed(alice, "o-65", 3000)
-    from approvals.counter import preview_counter_propose
+    from approvals.core.counter import preview_counter_propose
 
     OrderFactory(number="o-67", customer=alice, currency="EUR", total_minor=50000)
     countered = confirmed(proposed(alice, "o-67", 15000))
@@ -199,8 +199,8 @@ def test_the_waiting_page_updates_itself_when_staff_decide(live_server, browser_
     page.wait_for_timeout(3500)
     assert len(polls) >= 1  # the script asks for the status, not the whole page
 
+    from approvals.core.services import preview_approve
     from approvals.models import ApprovalRole
-    from approvals.services import preview_approve
 
     preview_approve(
         preview_id=waiting.pk, approver=make_reviewer("rita"), role=ApprovalRole.STAFF, digest=waiting.digest

@@ -3,10 +3,10 @@ author never count, any rejection ends it, each approval bound to the digest, "1
 
 import pytest
 
-from approvals.errors import DecisionError
+from approvals.core.errors import DecisionError
+from approvals.core.quorum import parse_quorum, staff_approvals_needed
+from approvals.core.services import preview_approve, preview_decline
 from approvals.models import Approval, ApprovalRole, AuditEvent, AuditRecord, Execution, PreviewStatus
-from approvals.quorum import parse_quorum, staff_approvals_needed
-from approvals.services import preview_approve, preview_decline
 from refunds.models import Refund
 
 from .conftest import confirmed, logged_in, make_reviewer, proposed
@@ -116,7 +116,7 @@ def test_each_approval_is_bound_to_the_digest(big_order, reviewer):
 
 def test_the_executor_refuses_a_quorum_short_of_approvals(big_order, reviewer, django_capture_on_commit_callbacks):
     """Were the status moved on without the approvals (a bug, a hand edit), the worker still checks."""
-    from approvals.services import execution_open, preview_execute
+    from approvals.core.services import execution_open, preview_execute
 
     preview = confirmed(proposed(big_order.customer, big_order.number, 25000))
     staff_approve(preview, reviewer)
@@ -150,7 +150,7 @@ def test_the_agent_api_shows_the_count(big_order):
 
 
 def test_manage_py_check_refuses_unusable_review_settings(settings):
-    from approvals.quorum import review_settings_are_usable
+    from approvals.core.quorum import review_settings_are_usable
 
     assert review_settings_are_usable() == []
     settings.REVIEW_QUORUM = "refund_order:EUR:lots:2"

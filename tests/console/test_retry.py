@@ -3,9 +3,9 @@ preview and idempotency key and pays once; a policy failure cannot be retried.""
 
 import pytest
 
-from approvals.errors import TransientExecutionError
+from approvals.core.errors import TransientExecutionError
+from approvals.core.services import execution_retry as preview_retry
 from approvals.models import AuditEvent, AuditRecord, Preview, PreviewStatus
-from approvals.services import execution_retry as preview_retry
 from approvals.tasks import MAX_EXECUTION_RETRIES, execute_preview
 from refunds.gateways import LocalGateway
 from refunds.models import LocalGatewayRefund, Order, Refund
@@ -105,7 +105,7 @@ def test_a_policy_failure_cannot_be_retried(
 
 @pytest.mark.parametrize("status", [PreviewStatus.AWAITING_STAFF, PreviewStatus.EXECUTED, PreviewStatus.REJECTED])
 def test_only_executions_that_need_attention_can_be_retried(status, awaiting_staff, reviewer):
-    from approvals.errors import DecisionError
+    from approvals.core.errors import DecisionError
 
     Preview.objects.filter(pk=awaiting_staff.pk).update(status=status, failure_code="retries_exhausted")
     with pytest.raises(DecisionError) as refused:

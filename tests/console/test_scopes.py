@@ -10,8 +10,8 @@ import pytest
 from django.contrib.auth.models import Group, Permission
 from django.utils import timezone
 
+from approvals.core.services import audit_record
 from approvals.models import AgentSession, AuditEvent, AuditRecord
-from approvals.services import audit_record
 from invoices.permissions import INVOICE_APPROVERS
 from tests.conftest import agent_client_for
 from tests.factories import StaffFactory, UserFactory

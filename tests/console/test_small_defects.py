@@ -1,7 +1,7 @@
 """Defects found while trying the execution issue as a support agent would."""
 
+from approvals.core.services import agent_session_create
 from approvals.models import AgentSession
-from approvals.services import agent_session_create
 from refunds.actions import RefundOrderAction
 from tests.approvals.test_preview_execute import approve_held, make_preview
 from tests.conftest import agent_client_for
@@ -22,7 +22,7 @@ def test_the_console_revokes_the_session_it_shows_not_every_session_sharing_its_
 
 
 def test_an_executed_refund_does_not_count_its_own_amount_twice(alice, o12, django_capture_on_commit_callbacks):
-    from approvals.services import preview_execute
+    from approvals.core.services import preview_execute
 
     preview = make_preview(agent_client_for(alice), amount_minor=500)
     approve_held(preview, alice, django_capture_on_commit_callbacks)

@@ -1,8 +1,8 @@
 """What the agent reads back: its session's previews, filtered by status, and another person's preview
 as if it did not exist."""
 
+from approvals.core.services import preview_approve
 from approvals.models import ApprovalRole
-from approvals.services import preview_approve
 from tests.conftest import agent_client_for
 
 from .conftest import TOOL, proposed

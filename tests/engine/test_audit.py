@@ -1,8 +1,8 @@
 """Every step of a rename is audited with who did it and through which agent session, and the console
 reads the trail back as sentences."""
 
+from approvals.core.services import preview_approve
 from approvals.models import ApprovalRole, AuditRecord
-from approvals.services import preview_approve
 
 from .conftest import html, logged_in, proposed, rename
 

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
+from approvals.core.services import agent_session_create
 from approvals.models import Execution, PreviewStatus
-from approvals.services import agent_session_create
 from tests.browser import ARTIFACTS, agent_request, chromium, log_in_through, requires_chromium
 from tests.engine.conftest import events
 from tests.engine.factories import PASSWORD, BoardFactory, PersonFactory

@@ -3,8 +3,8 @@ shows the action's display rows, facts and rules, and nowhere an amount."""
 
 import re
 
+from approvals.core.services import preview_approve
 from approvals.models import ApprovalRole
-from approvals.services import preview_approve
 
 from .conftest import html, logged_in, proposed, text_of
 

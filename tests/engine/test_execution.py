@@ -2,8 +2,8 @@
 execution succeeded, the audit in order; and what the executor does when the subject moved, the policy
 no longer holds, a worker runs twice, or an earlier attempt's outcome is unknown."""
 
+from approvals.core.services import executions_resolve_unknown, preview_approve, preview_execute
 from approvals.models import ApprovalRole, AuditRecord, Execution, ExecutionOutcome, Preview, PreviewStatus
-from approvals.services import executions_resolve_unknown, preview_approve, preview_execute
 from tests.conftest import give_up_execution
 from tests.toy_action.models import Board
 

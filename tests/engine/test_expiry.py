@@ -6,9 +6,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from approvals.errors import DecisionError
+from approvals.core.errors import DecisionError
+from approvals.core.services import preview_approve, previews_expire_stale
 from approvals.models import Approval, ApprovalRole, AuditRecord, Preview, PreviewStatus
-from approvals.services import preview_approve, previews_expire_stale
 from tests.toy_action.models import Board
 
 from .conftest import events, html, logged_in, proposed

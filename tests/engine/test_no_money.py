@@ -8,10 +8,10 @@ from unittest import mock
 import pytest
 from drf_spectacular.generators import SchemaGenerator
 
-from approvals.errors import ExecutionFailure
+from approvals.core.errors import ExecutionFailure
+from approvals.core.presentation import preview_state_words
+from approvals.core.registry import Proposal
 from approvals.models import ApprovalRole, Execution, PreviewStatus
-from approvals.presentation import preview_state_words
-from approvals.registry import Proposal
 from tests.toy_action.actions import RenameBoardAction
 
 from .conftest import html, logged_in, proposed, rename, text_of

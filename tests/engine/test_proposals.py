@@ -3,7 +3,7 @@ and message (422), the same pending proposal again (200), malformed arguments (4
 
 import json
 
-from approvals.arguments import input_json_schema
+from approvals.core.arguments import input_json_schema
 from approvals.models import AuditRecord, IdempotencyRecord, Preview, PreviewStatus
 from tests.toy_action.models import Board
 from tests.toy_action.serializers import RenameBoardArguments

@@ -3,8 +3,8 @@ the owner first, then staff; four eyes; a rejection with a note; staff without t
 
 from django.contrib.auth.models import Group, Permission
 
+from approvals.core.services import preview_approve
 from approvals.models import Approval, ApprovalRole, AuditRecord, Execution, PreviewStatus
-from approvals.services import preview_approve
 from tests.conftest import agent_client_for, execution_callbacks
 from tests.toy_action.models import Board
 

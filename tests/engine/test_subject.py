@@ -6,9 +6,9 @@ from unittest import mock
 
 import pytest
 
-from approvals.errors import PolicyRefusal
+from approvals.core.errors import PolicyRefusal
+from approvals.core.registry import registry
 from approvals.models import AuditRecord, Execution, PreviewStatus
-from approvals.registry import registry
 from tests.toy_action.actions import RenameBoardAction
 from tests.toy_action.models import Board
 

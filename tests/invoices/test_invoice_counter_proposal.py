@@ -2,10 +2,10 @@
 
 import pytest
 
-from approvals.counter import preview_counter_propose
-from approvals.errors import DecisionError
+from approvals.core.counter import preview_counter_propose
+from approvals.core.errors import DecisionError
+from approvals.core.services import preview_approve
 from approvals.models import ApprovalRole, Preview, PreviewStatus
-from approvals.services import preview_approve
 from invoices.models import Delivery
 from tests.console.conftest import counter_confirmed
 

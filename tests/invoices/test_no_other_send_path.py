@@ -8,8 +8,8 @@ import pytest
 from django.contrib import admin
 from django.core.management import get_commands
 
+from approvals.core.services import preview_approve, preview_execute
 from approvals.models import ApprovalRole, Preview, PreviewStatus
-from approvals.services import preview_approve, preview_execute
 from invoices.mail import InvoiceSendRefused, invoice_email_send
 from invoices.models import Delivery, Invoice
 from tests.conftest import agent_client_for
@@ -97,7 +97,7 @@ def test_the_executor_run_concurrently_sends_one_message(transactional_db, smtp_
     preview = Preview.objects.get(pk=response.json()["preview"]["id"])
     from unittest import mock
 
-    with mock.patch("approvals.services.decisions.execution_enqueue"):
+    with mock.patch("approvals.core.services.decisions.execution_enqueue"):
         preview_approve(preview_id=preview.pk, approver=sam, role=ApprovalRole.STAFF, digest=preview.digest)
 
     barrier = threading.Barrier(4)

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from approvals.core.services import preview_approve, preview_execute
 from approvals.models import Approval, ApprovalRole, AuditRecord, Preview, PreviewStatus
-from approvals.services import preview_approve, preview_execute
 from approvals.tasks import execute_preview
 from invoices.models import Delivery, Invoice, StandingApproval
 from tests.conftest import agent_client_for, execution_callbacks, propose
@@ -220,7 +220,7 @@ def test_customers_can_send_only_their_own_invoices_and_billing_staff_any(inv17,
     assert response.status_code == 201, response.json()
     # Staff outside Billing may not have the tool at all.
     plain_staff = UserFactory(username="pat", is_staff=True)
-    from approvals.errors import ApplicationError
+    from approvals.core.errors import ApplicationError
 
     with pytest.raises(ApplicationError, match="may not use the tool"):
         agent_client_for(plain_staff, tools=("send_invoice",))

@@ -1,6 +1,6 @@
 import pytest
 
-from approvals import logs
+from approvals.operations import logs
 
 
 @pytest.fixture(autouse=True)

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 from django.test import Client
 
-from approvals import logs
 from approvals.models import Preview, PreviewStatus
+from approvals.operations import logs
 from config.celery import bind_log_context, send_log_context, unbind_log_context
 from tests.conftest import propose
 from tests.factories import OrderFactory, UserFactory

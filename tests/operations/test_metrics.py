@@ -5,10 +5,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from approvals.errors import DecisionError
-from approvals.metrics import PipelineCollector, _counted_statuses
+from approvals.core.errors import DecisionError
+from approvals.core.services import preview_approve, preview_decline
 from approvals.models import ApprovalRole, Preview, PreviewStatus
-from approvals.services import preview_approve, preview_decline
+from approvals.operations.metrics import PipelineCollector, _counted_statuses
 from tests.conftest import propose, tampering
 from tests.factories import OrderFactory
 from tests.operations.helpers import METRICS_TOKEN, samples, scrape, value

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 COUNT_ONE_PROPOSAL = """
 import django
 django.setup()
-from approvals import metrics
+from approvals.operations import metrics
 metrics.proposals.labels("refund_order", "created", "").inc()
 metrics.http_request("agent-tool-calls", "POST", 201, 0.004)
 """

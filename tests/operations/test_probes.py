@@ -6,9 +6,9 @@ import pytest
 from django.db import connection
 from django.test import override_settings
 
-from approvals import operations
 from approvals.models import AuditRecord
-from approvals.publish import task_publish
+from approvals.operations import probes as operations
+from approvals.operations.publish import task_publish
 from tests.operations.helpers import closed_port, unreachable_database
 from tests.workers import PrivateRedis, publishing_to, start_worker, stop, wait_for
 

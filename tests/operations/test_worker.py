@@ -9,9 +9,9 @@ import urllib.request
 import pytest
 from django.conf import settings
 
-from approvals import logs
+from approvals.core.services import preview_approve
 from approvals.models import ApprovalRole, Preview, PreviewStatus
-from approvals.services import preview_approve
+from approvals.operations import logs
 from tests.conftest import agent_client_for, propose
 from tests.factories import OrderFactory, UserFactory
 from tests.operations.helpers import METRICS_TOKEN, samples, value

@@ -14,8 +14,8 @@ import babel.localedata
 import config.wsgi
 print(json.dumps({
     "urlconf": "config.urls" in sys.modules,
-    "mcp": "approvals.mcp_server" in sys.modules,
-    "api_views": "approvals.api.views" in sys.modules,
+    "mcp": "approvals.agents.mcp_server" in sys.modules,
+    "api_views": "approvals.agents.api.views" in sys.modules,
     "babel_locales": sorted(babel.localedata._cache),  # Babel's per-process cache of parsed locale files
 }))
 """

@@ -13,10 +13,10 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from approvals.core.services import preview_approve
+from approvals.core.services.execution import executions_resolve_unknown
+from approvals.core.services.execution.attempt import attempt_begin
 from approvals.models import ApprovalRole, AuditRecord, Execution, PreviewStatus
-from approvals.services import preview_approve
-from approvals.services.execution import executions_resolve_unknown
-from approvals.services.execution.attempt import attempt_begin
 from refunds.models import LocalGatewayRefund, Order, Refund
 from tests.console.conftest import logged_in, make_reviewer
 from tests.refunds.test_stripe_gateway import PI, assert_one_refund_paid, confirm_and_run, make_preview

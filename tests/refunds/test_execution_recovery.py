@@ -4,9 +4,9 @@ when the order changes in between: the next attempt of the chain looks it up and
 import pytest
 from django.db.models import Sum
 
-from approvals.errors import TransientExecutionError
+from approvals.core.errors import TransientExecutionError
+from approvals.core.services import preview_approve, preview_execute
 from approvals.models import ApprovalRole, PreviewStatus
-from approvals.services import preview_approve, preview_execute
 from refunds.models import Order, Refund
 from tests.refunds.test_stripe_gateway import PI, make_preview
 

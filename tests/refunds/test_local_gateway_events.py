@@ -5,8 +5,8 @@ import pytest
 from django.core import mail
 from django.core.management import CommandError, call_command
 
+from approvals.core.services import preview_approve
 from approvals.models import ApprovalRole, AuditRecord, Preview, PreviewStatus
-from approvals.services import preview_approve
 from refunds.events import local_refund_status_set
 from refunds.models import LocalGatewayRefund, ProviderEvent, Refund, RefundStatus
 from tests.conftest import propose

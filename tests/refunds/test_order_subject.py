@@ -2,8 +2,8 @@
 `customer`): a foreign order and a missing one get the one `order_unavailable`, and an order that
 changed hands between the approval and the execution is refused as unavailable, with nothing paid."""
 
+from approvals.core.services import preview_approve
 from approvals.models import ApprovalRole, AuditRecord, Execution, Preview, PreviewStatus
-from approvals.services import preview_approve
 from refunds.models import LocalGatewayRefund, Order, Refund
 from tests.conftest import events, propose
 from tests.factories import OrderFactory

@@ -16,10 +16,10 @@ from django.conf import settings as django_settings
 from hypothesis import HealthCheck, assume, event, example, given, settings
 from hypothesis import strategies as st
 
-from approvals.arguments import MAX_SAFE_MINOR
-from approvals.errors import PolicyRefusal
+from approvals.core.arguments import MAX_SAFE_MINOR
+from approvals.core.errors import PolicyRefusal
+from approvals.core.money import format_minor
 from approvals.models import Preview
-from approvals.money import format_minor
 from refunds.models import Order, OrderStatus
 from refunds.policy import RefundReason, refund_policy_check, refund_policy_checks
 from tests.conftest import agent_client_for, propose

@@ -12,9 +12,9 @@ import pytest
 from django.contrib.auth.models import Group
 from django.core import mail
 
-from approvals import transitions
+from approvals.core import transitions
+from approvals.core.services import preview_approve
 from approvals.models import ApprovalRole, AuditRecord, Execution, ExecutionOutcome, Preview, PreviewStatus
-from approvals.services import preview_approve
 from refunds.models import ProviderEvent, Refund, RefundStatus
 from tests.conftest import propose
 from tests.factories import StaffFactory
@@ -360,7 +360,7 @@ def test_an_event_that_overtakes_our_own_recording_is_refused_for_redelivery(
     503 and stores nothing, so Stripe delivers it again once the ledger has the row."""
     from django.db import transaction
 
-    from approvals.services import Outcome, execution_transition
+    from approvals.core.services import Outcome, execution_transition
     from refunds.stripe_gateway import StripeGateway
 
     response = propose(alice_agent, order_id="o-12", amount_minor=500, reason="damaged")

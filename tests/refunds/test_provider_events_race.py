@@ -7,8 +7,8 @@ from django.db import connection
 from django.test import Client
 from rest_framework.test import APIClient
 
+from approvals.core.services import agent_session_create, preview_approve
 from approvals.models import ApprovalRole, AuditRecord, Preview
-from approvals.services import agent_session_create, preview_approve
 from refunds.events import local_refund_event
 from refunds.models import LocalGatewayRefund, Order, ProviderEvent, Refund
 from tests.conftest import propose

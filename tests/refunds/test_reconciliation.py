@@ -8,8 +8,8 @@ from django.conf import settings as django_settings
 from django.contrib.auth.models import Group
 from django.core.management import call_command
 
+from approvals.core.services import preview_approve
 from approvals.models import ApprovalRole, AuditRecord, Preview
-from approvals.services import preview_approve
 from refunds.models import Drift, DriftKind, LocalGatewayRefund, Order, Refund
 from refunds.reconciliation import drift_acknowledge, reconcile_run
 from refunds.tasks import reconcile as reconcile_task

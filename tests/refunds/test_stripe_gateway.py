@@ -10,11 +10,11 @@ Celery runs eagerly here: a transient failure is retried at once, in-process (ap
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from approvals.errors import TransientExecutionError
+from approvals.core.errors import TransientExecutionError
+from approvals.core.presentation import preview_message
+from approvals.core.services import execution_retry as preview_retry
+from approvals.core.services import execution_staff_step, preview_approve, preview_execute
 from approvals.models import ApprovalRole, AuditRecord, Execution, Preview, PreviewStatus
-from approvals.presentation import preview_message
-from approvals.services import execution_retry as preview_retry
-from approvals.services import execution_staff_step, preview_approve, preview_execute
 from approvals.tasks import MAX_EXECUTION_RETRIES, execute_preview
 from refunds.gateways import GatewayDeclined, GatewayRefundMismatch, GatewayUnavailable, LocalGateway, payment_gateway
 from refunds.models import LocalGatewayRefund, Refund

@@ -3,7 +3,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from approvals.audit_log import private_key_from, public_key_text
+from approvals.audit.log import private_key_from, public_key_text
 
 
 class Command(BaseCommand):

@@ -4,9 +4,9 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
-from approvals.errors import ApplicationError
-from approvals.services import agent_session_create
-from approvals.webhooks import agent_session_webhook_set, webhook_url_check
+from approvals.agents.webhooks import agent_session_webhook_set, webhook_url_check
+from approvals.core.errors import ApplicationError
+from approvals.core.services import agent_session_create
 
 
 class Command(BaseCommand):

@@ -5,7 +5,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from approvals.shop_import import ShopDataInvalid, shop_data_import
+from approvals.site.shop_import import ShopDataInvalid, shop_data_import
 
 
 def operator_name(given: str | None) -> str:

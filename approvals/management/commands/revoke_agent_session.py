@@ -2,7 +2,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from approvals.services import agent_sessions_revoke
+from approvals.core.services import agent_sessions_revoke
 
 
 class Command(BaseCommand):

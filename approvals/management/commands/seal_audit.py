@@ -9,7 +9,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import close_old_connections
 
-from approvals.audit_seal import audit_seal
+from approvals.audit.seal import audit_seal
 
 
 class Command(BaseCommand):
@@ -44,6 +44,6 @@ class Command(BaseCommand):
                 self.stderr.write("The seal failed; trying again.")
                 import logging
 
-                logging.getLogger("approvals.audit_seal").exception("The seal failed")
+                logging.getLogger("approvals.audit.seal").exception("The seal failed")
                 time.sleep(max(interval, 1.0))
             time.sleep(interval)

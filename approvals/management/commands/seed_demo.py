@@ -5,11 +5,11 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from approvals.core.registry import registry
+from approvals.core.services import agent_session_create, agent_sessions_revoke
 from approvals.management.commands.import_shop_data import operator_name
 from approvals.models import AgentSession
-from approvals.registry import registry
-from approvals.services import agent_session_create, agent_sessions_revoke
-from approvals.shop_import import ShopDataInvalid, shop_data_import
+from approvals.site.shop_import import ShopDataInvalid, shop_data_import
 
 DEMO_FILE = Path(settings.BASE_DIR) / "demo" / "shop.json"
 

@@ -3,9 +3,9 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
-from approvals.audit_log import public_key_from
-from approvals.audit_seal import audit_verify, checkpoints_read
-from approvals.audit_seal import public_key as configured_public_key
+from approvals.audit.log import public_key_from
+from approvals.audit.seal import audit_verify, checkpoints_read
+from approvals.audit.seal import public_key as configured_public_key
 
 
 class Command(BaseCommand):

@@ -6,7 +6,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from django.core.management.base import BaseCommand, CommandParser
 
-from approvals.audit_log import private_key_from, public_key_from, receipt_check
+from approvals.audit.log import private_key_from, public_key_from, receipt_check
 
 
 class Command(BaseCommand):

@@ -1,0 +1,57 @@
+"""Read helpers of the engine that actions may use."""
+
+from functools import cache
+from typing import Any
+
+from django.db import connection
+from django.db.models import BigIntegerField, OuterRef, Subquery, Sum, Value
+from django.db.models.functions import Coalesce
+
+from approvals.core.rows import statement_cursor
+from approvals.models import EFFECT_IN_FLIGHT_OUTCOMES, Execution, Preview
+
+
+@cache
+def _amount_in_flight_sql(*, excluding: bool) -> str:
+    quote = connection.ops.quote_name
+    previews, executions = quote(Preview._meta.db_table), quote(Execution._meta.db_table)
+    outcomes = ", ".join(["%s"] * len(EFFECT_IN_FLIGHT_OUTCOMES))
+    sql = (
+        f"SELECT COALESCE(SUM(p.amount_minor), 0) FROM {previews} p JOIN {executions} e ON e.preview_id = p.id "
+        f"WHERE p.subject_id = %s AND p.subject_type = %s AND e.outcome IN ({outcomes})"
+    )
+    return sql + " AND p.id <> %s" if excluding else sql
+
+
+def _amount_in_flight_params(subject_type: str) -> list[Any]:
+    return [subject_type, *(outcome.value for outcome in EFFECT_IN_FLIGHT_OUTCOMES)]
+
+
+def amount_in_flight(*, subject_type: str, subject_id: str, exclude: Any = None) -> int:
+    """What executions in flight take from the subject: the amounts of its previews whose outside effect
+    may already exist but is not recorded yet (in progress, unknown, or made and not recorded). One
+    statement whose SQL is built once: it is asked on every proposal and every execution."""
+    params: list[Any] = [subject_id, *_amount_in_flight_params(subject_type)]
+    if exclude is not None:
+        pk = Preview._meta.pk
+        params.append(pk.get_db_prep_value(pk.to_python(exclude), connection))
+    with statement_cursor() as cursor:
+        cursor.execute(_amount_in_flight_sql(excluding=exclude is not None), params)
+        return int(cursor.fetchone()[0])
+
+
+def amount_in_flight_expression(*, subject_type: str, subject_id_field: str) -> Coalesce:
+    """amount_in_flight as an expression over the subjects of the caller's own query (its field holding
+    the subject id), to annotate them with: the subject and what is in flight on it in one query."""
+    in_flight = (
+        Preview.objects.filter(
+            subject_type=subject_type,
+            subject_id=OuterRef(subject_id_field),
+            execution__outcome__in=EFFECT_IN_FLIGHT_OUTCOMES,
+        )
+        .order_by()
+        .values("subject_id")
+        .annotate(total=Sum("amount_minor"))
+        .values("total")
+    )
+    return Coalesce(Subquery(in_flight), Value(0), output_field=BigIntegerField())

@@ -1,0 +1,122 @@
+"""Write services of the approvals engine, by capability:
+
+- `audit`: appending to the audit log in the caller's transaction (`audit_record`);
+- `sessions`: agent sessions, minted and revoked;
+- `proposals`: the one admission path (`proposal_admit`) for every origin of a preview;
+- `decisions`: the one decision path (`preview_decide`): confirmations, staff approvals and rejections, expiry;
+- `rights`: who may propose, decide or count as an approver now (asked by all three paths);
+- `execution`: the leased state machine that executes an approved preview, its sweeper, resolver and retry;
+- `locks`: the one module that takes row locks, in the order its docstring states;
+- `previews`: a preview's digest and status changes, shared by the above.
+
+Each service owns its transaction. The names below are the package's public interface: import them from
+`approvals.core.services`. The services never import approvals.tasks (they publish tasks by name, approvals.operations.publish);
+the tasks call the services.
+"""
+
+from approvals.core.services.audit import audit_record, audited_transaction
+from approvals.core.services.decisions import (
+    Decision,
+    approval_add,
+    decision_error,
+    preview_approve,
+    preview_decide,
+    preview_decline,
+    preview_expire_if_due,
+    preview_refresh,
+    previews_expire_stale,
+)
+from approvals.core.services.execution import (
+    AGENT_SESSION_REVOKED_REASON,
+    TRANSITIONS,
+    FencedOff,
+    IllegalTransition,
+    Outcome,
+    execution_attempt_failed,
+    execution_dispatch,
+    execution_enqueue,
+    execution_open,
+    execution_retry,
+    execution_retry_refusal,
+    execution_staff_step,
+    execution_transition,
+    executions_dispatch_stalled,
+    executions_of,
+    executions_resolve_unknown,
+    is_retryable_refusal,
+    preview_execute,
+    preview_status_for,
+)
+from approvals.core.services.previews import preview_digest, preview_mark
+from approvals.core.services.proposals import (
+    IdempotencyConflict,
+    ProposalOutcome,
+    idempotent_call,
+    preview_build,
+    preview_insert_or_twin,
+    proposal_admit,
+    proposal_audit_rejected,
+    proposal_key,
+    proposal_submit,
+)
+from approvals.core.services.rights import (
+    may_manage_claims,
+    may_review,
+    may_review_action,
+    proposer_chain,
+    staff_right_error,
+)
+from approvals.core.services.sessions import TOKEN_PREFIX, agent_session_create, agent_sessions_revoke, agent_token_hash
+
+__all__ = [
+    "AGENT_SESSION_REVOKED_REASON",
+    "Decision",
+    "TOKEN_PREFIX",
+    "TRANSITIONS",
+    "FencedOff",
+    "IdempotencyConflict",
+    "IllegalTransition",
+    "Outcome",
+    "ProposalOutcome",
+    "agent_session_create",
+    "agent_sessions_revoke",
+    "agent_token_hash",
+    "approval_add",
+    "audit_record",
+    "audited_transaction",
+    "decision_error",
+    "execution_attempt_failed",
+    "execution_dispatch",
+    "execution_enqueue",
+    "execution_open",
+    "execution_retry",
+    "execution_retry_refusal",
+    "execution_staff_step",
+    "execution_transition",
+    "executions_dispatch_stalled",
+    "executions_of",
+    "executions_resolve_unknown",
+    "idempotent_call",
+    "is_retryable_refusal",
+    "may_manage_claims",
+    "may_review",
+    "may_review_action",
+    "preview_approve",
+    "preview_build",
+    "preview_decide",
+    "preview_decline",
+    "preview_digest",
+    "preview_execute",
+    "preview_expire_if_due",
+    "preview_insert_or_twin",
+    "preview_mark",
+    "preview_refresh",
+    "preview_status_for",
+    "previews_expire_stale",
+    "proposal_admit",
+    "proposal_audit_rejected",
+    "proposer_chain",
+    "proposal_key",
+    "proposal_submit",
+    "staff_right_error",
+]

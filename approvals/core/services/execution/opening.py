@@ -1,0 +1,65 @@
+"""Opening an approved preview's execution and publishing attempts at it."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from approvals.core.rows import insert_rows, update_fields
+from approvals.core.services.locks import (
+    execution_row_lock,
+)
+from approvals.models import (
+    Execution,
+    Preview,
+)
+from approvals.operations.publish import EXECUTE_PREVIEW, task_publish
+
+if TYPE_CHECKING:
+    pass
+
+from approvals.core.services.execution.state import (
+    Outcome,
+    execution_transition,
+)
+
+logger = logging.getLogger(__name__)
+
+# Opening and publishing --------------------------------------------------------------------------
+
+
+def execution_open(preview: Preview) -> None:
+    """Every approved preview gets its execution, pending until a worker takes its lease. One that waited
+    for an approval again (an approval lapsed) is pending again, with a new deadline."""
+    deadline = timezone.now() + timedelta(seconds=settings.EXECUTION_DEADLINE_SECONDS)
+    if insert_rows([Execution(preview=preview, deadline=deadline)], skip_conflicts=True):
+        return
+    execution = execution_row_lock(preview)
+    assert execution is not None, "the insert skipped a conflict with this preview's execution"
+    execution.deadline = deadline
+    update_fields(execution, ["deadline", "updated_at"])
+    preview.failure_code, preview.failure_reason = "", ""  # the lapse it waited after is mended
+    update_fields(preview, ["failure_code", "failure_reason"])
+    execution_transition(execution, preview, Outcome.PENDING, token=None, facts={"approved_again": True})
+
+
+def execution_dispatch(preview_id: Any) -> bool:
+    """Publish an attempt at the preview's execution. A broker that is down must not undo or hide a
+    recorded approval: the approved preview stays in the database and the sweeper dispatches it later."""
+    try:
+        task_publish(EXECUTE_PREVIEW, str(preview_id))
+    except Exception:  # noqa: BLE001 - any broker failure; the sweeper is the fallback
+        logger.warning("Could not publish execution of preview %s; the sweeper will retry", preview_id, exc_info=True)
+        return False
+    return True
+
+
+def execution_enqueue(preview: Preview) -> None:
+    """Publish the preview's execution once the transaction that approved it commits."""
+    preview_id = str(preview.pk)
+    transaction.on_commit(lambda: execution_dispatch(preview_id))
