@@ -12,13 +12,13 @@ class ApprovalsConfig(AppConfig):
         from approvals import tasks  # noqa: F401
         from approvals.agents import webhooks  # noqa: F401
         from approvals.agents.api import authentication, serializers  # noqa: F401  (register the OpenAPI extensions)
+        from approvals.audit import checks as audit_checks  # noqa: F401
+        from approvals.audit.seal import seal_lag_seconds
         from approvals.console import notifications  # noqa: F401
-        from approvals.core import (
-            checks,  # noqa: F401
-            quorum,  # noqa: F401
-        )
+        from approvals.core import checks, quorum  # noqa: F401
         from approvals.core.registry import ImportSection, registry
         from approvals.core.staff_roles import staff_roles_migrate
+        from approvals.operations import metrics
         from approvals.site.people import (
             CustomerImportSerializer,
             StaffImportSerializer,
@@ -54,4 +54,6 @@ class ApprovalsConfig(AppConfig):
         # Once per migrate (and flush), on the engine's turn: the groups every registered action declares.
         post_migrate.connect(staff_roles_migrate, sender=self, dispatch_uid="approvals.staff_roles_migrate")
 
+        metrics.count_actions(registry.actions.keys)
+        metrics.measure_seal_lag(seal_lag_seconds)
         notifications.register()  # the reviewer digest is scheduled when a preview starts waiting for staff

@@ -64,12 +64,12 @@ from approvals.agents.api.calls import (
 )
 from approvals.agents.api.errors import error_body
 from approvals.agents.api.formats import session_actions, tool_annotations, tool_definition
-from approvals.agents.api.parsers import StrictJSONError, member_text, strict_json_loads
 from approvals.agents.api.throttling import AgentThrottle
 from approvals.core.digests import digest_of
 from approvals.core.errors import ErrorCode
 from approvals.core.presentation import preview_envelope
 from approvals.core.registry import registry
+from approvals.core.strict_json import StrictJSONError, member_text, strict_json_loads
 from approvals.models import AgentSession, IdempotencyRecord, PreviewStatus
 
 SESSION_SCOPE_KEY = "approvals.agent_session"

@@ -18,27 +18,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import rfc8785
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pymerkle import BaseMerkleTree, InclusionProof, InvalidProof, verify_consistency, verify_inclusion
+
+from approvals.core.digests import AuditEncodingError, canonical_bytes
 
 # Signed tree heads name the log they belong to, so that a signature made for one can't be used for another.
 LOG_ID = "approval-gateway-audit/v1"
 RECEIPT_FORMAT = "approval-gateway-audit-receipt/v1"
 EMPTY_ROOT = hashlib.sha256(b"").digest()  # RFC 9162: the hash of an empty tree
-
-
-class AuditEncodingError(ValueError):
-    """A value the canonical encoding can't represent exactly (an integer beyond 2^53, a NaN, ...)."""
-
-
-def canonical_bytes(value: Any) -> bytes:
-    """RFC 8785 canonical JSON, as UTF-8 bytes."""
-    try:
-        return rfc8785.dumps(value)
-    except rfc8785.CanonicalizationError as error:
-        raise AuditEncodingError(str(error)) from error
 
 
 def record_content(record: Any) -> dict[str, Any]:

@@ -13,7 +13,8 @@ every process writes its values to files there and the scrape adds them up; see 
 The gauges of previews per state are not stored anywhere: PipelineCollector computes them at scrape
 time with one GROUP BY query.
 
-Label values are bounded sets: action names from the registry, statuses, outcomes, refusal and
+Label values are bounded sets: action names the start-up names (`count_actions`, from the registry),
+statuses, outcomes, refusal and
 failure codes, HTTP methods (others are `other`) and URL pattern names (never raw paths).
 """
 
@@ -23,7 +24,7 @@ import hmac
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator
 from datetime import datetime
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
@@ -44,11 +45,30 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import ThreadingWSGIServer
 
-from approvals.core.registry import registry
 from approvals.models import Preview, PreviewStatus
 from approvals.operations import logs
 
 logger = logging.getLogger("approvals.pipeline")
+
+# The action names label values may take; the engine's start-up names them (ApprovalsConfig.ready), so
+# that operations, which the core and the audit log report to, imports neither.
+_action_names: Callable[[], Collection[str]] = frozenset
+
+
+def count_actions(names: Callable[[], Collection[str]]) -> None:
+    """Where the registered action names come from (called once at start-up)."""
+    global _action_names
+    _action_names = names
+
+
+# How far the audit log's sealer is behind (approvals.audit.seal.seal_lag_seconds), named likewise.
+_seal_lag_seconds: Callable[[], float] | None = None
+
+
+def measure_seal_lag(lag: Callable[[], float]) -> None:
+    global _seal_lag_seconds
+    _seal_lag_seconds = lag
+
 
 # Statuses a preview never leaves. Every other status (the waiting ones, `approved`, and any added
 # later, such as `needs_attention`) is counted by the previews gauge.
@@ -138,7 +158,7 @@ def proposal_refused(action: str, code: str) -> None:
 def proposal_rejected(action: str, *, event: str, code: str) -> None:
     """A tool call refused before the policy (audit event proposal_invalid or proposal_forbidden).
     `action` is the tool name asked for, kept only when it is a registered action (bounded labels)."""
-    action = action if registry.action(action) is not None else "unknown"
+    action = action if action in _action_names() else "unknown"
     _proposal(action, "forbidden" if event == "proposal_forbidden" else "invalid", code)
 
 
@@ -301,7 +321,7 @@ class PipelineCollector:
             return
         now = timezone.now()
         found = {(action, status): (n, first) for action, status, n, first in rows}
-        actions = sorted({*registry.actions, *(action for action, _ in found)})
+        actions = sorted({*_action_names(), *(action for action, _ in found)})
         for action in actions:
             for status in statuses:
                 n, first = found.get((action, status), (0, None))
@@ -316,14 +336,14 @@ class AuditSealCollector:
     are): a sealer that is down or held back by a long transaction shows here (docs/audit.md)."""
 
     def collect(self) -> Iterator[Any]:
-        from approvals.audit.seal import seal_lag_seconds
-
+        if _seal_lag_seconds is None:
+            return
         lag = GaugeMetricFamily(
             "gateway_audit_seal_lag_seconds",
             "Age of the oldest audit record not yet sealed under a signed tree head; 0 when every record is.",
         )
         try:
-            lag.add_metric([], seal_lag_seconds())
+            lag.add_metric([], _seal_lag_seconds())
         except DatabaseError:
             logger.warning("Could not read the audit seal lag for /metrics", exc_info=True)
             return

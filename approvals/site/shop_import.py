@@ -7,9 +7,9 @@ from typing import Any
 
 from django.db import transaction
 
-from approvals.agents.api.parsers import StrictJSONError, strict_json_loads
 from approvals.core.registry import ImportSection, registry
 from approvals.core.services import audit_record
+from approvals.core.strict_json import StrictJSONError, strict_json_loads
 from approvals.models import AuditEvent
 
 

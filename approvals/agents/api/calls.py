@@ -17,7 +17,6 @@ from typing import Any
 from rest_framework import status
 
 from approvals.agents.api.errors import error_body
-from approvals.agents.api.parsers import StrictJSONError, strict_json_loads
 from approvals.agents.rejected_calls import rejected_call_audit_due, rejected_call_count
 from approvals.core.digests import digest_of
 from approvals.core.errors import ErrorCode
@@ -30,6 +29,7 @@ from approvals.core.services import (
     proposal_audit_rejected,
     proposal_submit,
 )
+from approvals.core.strict_json import StrictJSONError, strict_json_loads
 from approvals.models import AgentSession, AuditEvent, Preview, RejectedCallKind
 
 IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")

@@ -10,8 +10,8 @@
 - `previews`: a preview's digest and status changes, shared by the above.
 
 Each service owns its transaction. The names below are the package's public interface: import them from
-`approvals.core.services`. The services never import approvals.tasks (they publish tasks by name, approvals.operations.publish);
-the tasks call the services.
+`approvals.core.services`. The services never import approvals.tasks (they publish tasks by name,
+approvals.operations.publish); the tasks call the services.
 """
 
 from approvals.core.services.audit import audit_record, audited_transaction

@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
-from approvals.audit.log import canonical_bytes
-from approvals.core.digests import canonical_json
+from approvals.core.digests import canonical_bytes, canonical_json
 from approvals.core.errors import ApplicationError
 from approvals.core.rows import insert_rows
 from approvals.models import AgentSession, AuditEvent, AuditRecord, Preview
