@@ -440,7 +440,7 @@ def test_postgres_refuses_to_change_what_a_preview_proposes(some_history):
 
 
 def test_a_malformed_signing_key_fails_the_system_check_without_showing_it(settings):
-    from approvals.core.checks import audit_signing_key_check
+    from approvals.audit.checks import audit_signing_key_check
 
     assert audit_signing_key_check(None) == []
     settings.AUDIT_SIGNING_KEY = "c2VjcmV0LWJ1dC10b28tc2hvcnQ="
