@@ -32,7 +32,7 @@ from approvals.core.registry import (
     RuleResult,
     registry,
 )
-from approvals.core.services import execution_staff_step, executions_of
+from approvals.core.selectors import execution_staff_step, executions_of
 from approvals.models import (
     AgentSession,
     Approval,

@@ -7,8 +7,9 @@ from django.db import connection
 from django.db.models import BigIntegerField, OuterRef, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 
+from approvals.core.registry import registry
 from approvals.core.rows import statement_cursor
-from approvals.models import EFFECT_IN_FLIGHT_OUTCOMES, Execution, Preview
+from approvals.models import EFFECT_IN_FLIGHT_OUTCOMES, Execution, ExecutionOutcome, Preview, PreviewStatus
 
 
 @cache
@@ -55,3 +56,26 @@ def amount_in_flight_expression(*, subject_type: str, subject_id_field: str) -> 
         .values("total")
     )
     return Coalesce(Subquery(in_flight), Value(0), output_field=BigIntegerField())
+
+
+# What staff see of executions ------------------------------------------------------------------
+
+
+def execution_staff_step(preview: Preview, execution: Execution | None) -> str:
+    """What staff can do for this execution: "retry" (nothing was done; start again with every
+    check), "resolve" (look the effect up now), "verdict" (the action cannot look up: a person says
+    whether it happened), "record" (record a made effect again), or "" (nothing)."""
+    if preview.status != PreviewStatus.NEEDS_ATTENTION or execution is None:
+        return ""
+    if execution.outcome == ExecutionOutcome.REFUSED_BEFORE_EFFECT:
+        return "retry"
+    if execution.outcome == ExecutionOutcome.EFFECT_UNKNOWN:
+        action = registry.action(preview.action)
+        return "resolve" if action is not None and action.can_look_up_effect else "verdict"
+    if execution.outcome == ExecutionOutcome.EFFECT_UNRECORDED:
+        return "record"
+    return ""
+
+
+def executions_of(previews: list[Preview]) -> dict[Any, Execution]:
+    return {e.pk: e for e in Execution.objects.filter(pk__in=[p.pk for p in previews])}

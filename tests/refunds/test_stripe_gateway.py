@@ -12,8 +12,9 @@ from django.core.exceptions import ImproperlyConfigured
 
 from approvals.core.errors import TransientExecutionError
 from approvals.core.presentation import preview_message
+from approvals.core.selectors import execution_staff_step
 from approvals.core.services import execution_retry as preview_retry
-from approvals.core.services import execution_staff_step, preview_approve, preview_execute
+from approvals.core.services import preview_approve, preview_execute
 from approvals.models import ApprovalRole, AuditRecord, Execution, Preview, PreviewStatus
 from approvals.tasks import MAX_EXECUTION_RETRIES, execute_preview
 from refunds.gateways import GatewayDeclined, GatewayRefundMismatch, GatewayUnavailable, LocalGateway, payment_gateway

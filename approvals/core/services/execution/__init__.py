@@ -37,8 +37,6 @@ from approvals.core.services.execution.opening import execution_dispatch, execut
 from approvals.core.services.execution.staff import (
     execution_retry,
     execution_retry_refusal,
-    execution_staff_step,
-    executions_of,
 )
 from approvals.core.services.execution.state import (
     AGENT_SESSION_REVOKED_REASON,
@@ -65,10 +63,8 @@ __all__ = [
     "execution_open",
     "execution_retry",
     "execution_retry_refusal",
-    "execution_staff_step",
     "execution_transition",
     "executions_dispatch_stalled",
-    "executions_of",
     "executions_resolve_unknown",
     "is_retryable_refusal",
     "preview_execute",

@@ -113,23 +113,3 @@ def execution_retry(*, preview_id: Any, staff: User, nothing_happened: bool = Fa
     if error is not None:
         raise error
     return preview
-
-
-def execution_staff_step(preview: Preview, execution: Execution | None) -> str:
-    """What staff can do for this execution: "retry" (nothing was done; start again with every
-    check), "resolve" (look the effect up now), "verdict" (the action cannot look up: a person says
-    whether it happened), "record" (record a made effect again), or "" (nothing)."""
-    if preview.status != PreviewStatus.NEEDS_ATTENTION or execution is None:
-        return ""
-    if execution.outcome == Outcome.REFUSED_BEFORE_EFFECT:
-        return "retry"
-    if execution.outcome == Outcome.EFFECT_UNKNOWN:
-        action = registry.action(preview.action)
-        return "resolve" if action is not None and action.can_look_up_effect else "verdict"
-    if execution.outcome == Outcome.EFFECT_UNRECORDED:
-        return "record"
-    return ""
-
-
-def executions_of(previews: list[Preview]) -> dict[Any, Execution]:
-    return {e.pk: e for e in Execution.objects.filter(pk__in=[p.pk for p in previews])}
