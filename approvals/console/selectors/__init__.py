@@ -1,0 +1,98 @@
+"""Read side of the staff console, by page: who may use what (`access`), the queue (`queue`), one preview
+and the failures (`review`), the audit trail and the agent sessions (`trail`).
+
+Every query is scoped to the action kinds the reviewer holds the permission for
+(`Action.review_permission`), so a new action kind plugs into the same console.
+"""
+
+from approvals.console.selectors.access import (
+    AUDIT_EVERYTHING_PERMISSION,
+    console_access,
+    is_auditor,
+    may_export_audit,
+    may_see_agent_sessions,
+    reviewable_actions,
+    reviewable_preview,
+    reviewable_previews,
+)
+from approvals.console.selectors.queue import (
+    AGE_LIMITS,
+    ALL_STATES,
+    DEFAULT_QUEUE_STATE,
+    QUEUE_PAGE_SIZE,
+    STAFF_WORK_STATES,
+    STATE_COUNT_CAP,
+    Queue,
+    QueueFilters,
+    QueueRow,
+    StateCount,
+    claim_of,
+    next_to_review,
+    queue_rows,
+    queue_summary,
+    review_queue,
+)
+from approvals.console.selectors.review import (
+    ATTEMPT_EVENTS,
+    Attempt,
+    FailureRow,
+    ReviewContext,
+    failed_executions,
+    preview_attempts,
+    preview_review,
+)
+from approvals.console.selectors.trail import (
+    AUDIT_EXPORT_FIELDS,
+    agent_sessions_in_scope,
+    assignable_reviewers,
+    audit_export_rows,
+    auditable_records,
+    live_agent_sessions,
+    may_revoke_agent_session,
+    preview_timeline,
+    subject_timeline,
+    webhook_deliveries_in_scope,
+)
+
+__all__ = [
+    "AGE_LIMITS",
+    "ALL_STATES",
+    "ATTEMPT_EVENTS",
+    "AUDIT_EVERYTHING_PERMISSION",
+    "AUDIT_EXPORT_FIELDS",
+    "Attempt",
+    "DEFAULT_QUEUE_STATE",
+    "FailureRow",
+    "QUEUE_PAGE_SIZE",
+    "Queue",
+    "QueueFilters",
+    "QueueRow",
+    "ReviewContext",
+    "STAFF_WORK_STATES",
+    "STATE_COUNT_CAP",
+    "StateCount",
+    "agent_sessions_in_scope",
+    "assignable_reviewers",
+    "audit_export_rows",
+    "auditable_records",
+    "claim_of",
+    "console_access",
+    "failed_executions",
+    "is_auditor",
+    "live_agent_sessions",
+    "may_export_audit",
+    "may_revoke_agent_session",
+    "may_see_agent_sessions",
+    "next_to_review",
+    "preview_attempts",
+    "preview_review",
+    "preview_timeline",
+    "queue_rows",
+    "queue_summary",
+    "review_queue",
+    "reviewable_actions",
+    "reviewable_preview",
+    "reviewable_previews",
+    "subject_timeline",
+    "webhook_deliveries_in_scope",
+]

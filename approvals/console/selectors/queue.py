@@ -1,0 +1,243 @@
+"""The review queue: its rows, filters, tab counts, approve-and-next, claims."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.core.paginator import Page, Paginator
+from django.db.models import Count, Q, QuerySet
+from django.utils import timezone
+
+from approvals.console.notifications import escalation_due_before
+from approvals.console.selectors.access import reviewable_actions, reviewable_previews
+from approvals.core.quorum import counting_staff_approvers
+from approvals.core.registry import (
+    RiskFlag,
+    registry,
+)
+from approvals.models import (
+    Approval,
+    ApprovalRole,
+    Preview,
+    PreviewStatus,
+)
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User  # settings.AUTH_USER_MODEL, as django-stubs resolves it
+
+
+QUEUE_PAGE_SIZE = 50
+# The tabs count a state that staff do not work on (the history, the customers' confirmations) only
+# this far: the history grows for ever, and an exact count of it is a scan of every preview ever made.
+STATE_COUNT_CAP = 1000
+STAFF_WORK_STATES = (PreviewStatus.AWAITING_STAFF, PreviewStatus.NEEDS_ATTENTION)
+DEFAULT_QUEUE_STATE = PreviewStatus.AWAITING_STAFF.value
+ALL_STATES = "all"
+AGE_LIMITS = {
+    "5m": timedelta(minutes=5),
+    "1h": timedelta(hours=1),
+    "1d": timedelta(days=1),
+    "7d": timedelta(days=7),
+}
+
+
+# The queue -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QueueFilters:
+    action: str = ""
+    state: str = DEFAULT_QUEUE_STATE
+    currency: str = ""
+    age: str = ""
+    query: str = ""
+    mine: bool = False
+    overdue: bool = False
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    preview: Preview
+    summary: str
+    flags: list[RiskFlag] = field(default_factory=list)
+    overdue: bool = False
+    staff_approvals: int = 0
+
+    @property
+    def quorum(self) -> str:
+        """`1 of 2` while an M-of-N preview collects staff approvals; empty for a single approval."""
+        needed = self.preview.staff_approvals_needed
+        return f"{self.staff_approvals} of {needed}" if needed > 1 else ""
+
+
+@dataclass(frozen=True)
+class StateCount:
+    state: str
+    label: str
+    count: int
+    at_least: bool = False  # more than `count` (STATE_COUNT_CAP) are in this state
+
+
+@dataclass
+class Queue:
+    page: Page
+    rows: list[QueueRow]
+    counts: list[StateCount]
+    total: int
+    total_all: int
+    total_all_at_least: bool  # a state's count stopped at its cap: total_all is a floor
+    filters: QueueFilters
+    actions: list[str] = field(default_factory=list)
+    #: Whether an action the queue lists proposes amounts: the amount column and the currency filter
+    #: are shown only then.
+    shows_amounts: bool = False
+
+
+def _search(queryset: QuerySet[Preview], query: str) -> QuerySet[Preview]:
+    """By subject id (an order or invoice number), the customer's username or email, a payload field an
+    action makes searchable (an invoice's recipient: Action.searchable_payload_fields), or the id."""
+    condition = Q(subject_id__icontains=query) | Q(actor__username__icontains=query) | Q(actor__email__icontains=query)
+    for name in registry.searchable_payload_fields():
+        condition |= Q(**{f"payload__{name}__icontains": query})
+    try:
+        condition |= Q(pk=uuid.UUID(query))
+    except ValueError:
+        pass
+    return queryset.filter(condition)
+
+
+def review_queue(*, user: User, filters: QueueFilters, page_number: Any = 1) -> Queue:
+    """Previews of the kinds this reviewer decides, oldest first, with counts per state.
+
+    A constant number of queries whatever the page size and however long the history: rows come
+    with their actor, and the counts per state (`_state_counts`) cover the same filters (except the
+    state) without counting past STATE_COUNT_CAP in a state that staff do not work on.
+    """
+    actions = reviewable_actions(user=user)
+    scoped = Preview.objects.filter(action__in=actions)
+    if filters.action:
+        scoped = scoped.filter(action=filters.action)
+    if filters.currency:
+        scoped = scoped.filter(currency=filters.currency)
+    if filters.age in AGE_LIMITS:
+        scoped = scoped.filter(created_at__lte=timezone.now() - AGE_LIMITS[filters.age])
+    if filters.query:
+        scoped = _search(scoped, filters.query)
+    if filters.mine:
+        scoped = scoped.filter(claim__claimed_by=user)
+    due = escalation_due_before()
+    if filters.overdue:
+        overdue = Q(status=PreviewStatus.AWAITING_STAFF, status_changed_at__lte=due)
+        scoped = scoped.filter(overdue) if due else scoped.none()
+
+    counts = _state_counts(scoped, listed_state=filters.state)
+    total_all = sum(c.count for c in counts)
+    total_all_at_least = any(c.at_least for c in counts)
+    if filters.state != ALL_STATES:
+        total = next((c.count for c in counts if c.state == filters.state), 0)
+    else:
+        if total_all_at_least:  # listed: the pages need the exact count
+            total_all, total_all_at_least = scoped.count(), False
+        total = total_all
+    listed = scoped if filters.state == ALL_STATES else scoped.filter(status=filters.state)
+    listed = listed.select_related("actor", "agent_session", "proposed_by", "claim__claimed_by").order_by(
+        "created_at", "pk"
+    )
+    paginator = Paginator(listed, QUEUE_PAGE_SIZE)
+    paginator.count = total  # known from the counts per state: no second COUNT over the queue
+    page = paginator.get_page(page_number)
+    rows = queue_rows(list(page.object_list), due=due)
+    return Queue(
+        page=page,
+        rows=rows,
+        counts=counts,
+        total=total,
+        total_all=total_all,
+        total_all_at_least=total_all_at_least,
+        filters=filters,
+        actions=actions,
+        shows_amounts=_proposes_amounts([filters.action] if filters.action else actions),
+    )
+
+
+def _proposes_amounts(action_names: list[str]) -> bool:
+    return any((action := registry.action(name)) is not None and action.proposes_amount for name in action_names)
+
+
+def _state_counts(scoped: QuerySet[Preview], *, listed_state: str) -> list[StateCount]:
+    """Counts per state over the filtered previews, in PreviewStatus's order.
+
+    The states staff act on (waiting for staff, needs attention) and the listed one, whose pages need
+    the number, come exact from one grouped query; COUNT(*) rather than COUNT(id) is answered from the
+    (action, status) index alone. Every other state (the customer's to confirm, the history) is
+    counted up to STATE_COUNT_CAP, a query each that stops there.
+    """
+    exact_states = [s for s in PreviewStatus if s in STAFF_WORK_STATES or s.value == listed_state]
+    exact = dict(scoped.filter(status__in=exact_states).order_by().values_list("status").annotate(n=Count("*")))
+    counts = []
+    for state in PreviewStatus:
+        if state in exact_states:
+            counts.append(StateCount(state.value, state.label, exact.get(state.value, 0)))
+        else:
+            found = scoped.filter(status=state).order_by()[: STATE_COUNT_CAP + 1].count()
+            capped = found > STATE_COUNT_CAP
+            counts.append(StateCount(state.value, state.label, min(found, STATE_COUNT_CAP), at_least=capped))
+    return counts
+
+
+def queue_rows(previews: list[Preview], *, due: datetime | None = None) -> list[QueueRow]:
+    """Rows with their risk flags (a query per action kind) and staff approvals (one query)."""
+    flags: dict[Any, list[RiskFlag]] = {}
+    for name in {p.action for p in previews}:
+        action = registry.action(name)
+        if action is not None:
+            flags.update(action.risk_flags_many([p for p in previews if p.action == name]))
+    quorum_ids = [p.pk for p in previews if p.staff_approvals_needed > 1]
+    approvals: dict[Any, list[Approval]] = {}
+    if quorum_ids:
+        for approval in Approval.objects.filter(
+            preview_id__in=quorum_ids, role=ApprovalRole.STAFF, lapsed_at__isnull=True
+        ).only("preview_id", "role", "approver_id", "lapsed_at"):
+            approvals.setdefault(approval.preview_id, []).append(approval)
+    return [
+        QueueRow(
+            preview=p,
+            summary=queue_summary(p),
+            flags=flags.get(p.pk, []),
+            overdue=due is not None and p.status == PreviewStatus.AWAITING_STAFF and p.status_changed_at <= due,
+            staff_approvals=len(counting_staff_approvers(p, approvals.get(p.pk, []))),
+        )
+        for p in previews
+    ]
+
+
+def next_to_review(*, user: User, after: Preview) -> Preview | None:
+    """Approve-and-next: the oldest preview after this one (else the oldest) that this reviewer can
+    decide now: waiting for staff, not theirs, not approved by them, not claimed by someone else."""
+    candidates = (
+        reviewable_previews(user=user)
+        .filter(status=PreviewStatus.AWAITING_STAFF)
+        .exclude(pk=after.pk)
+        .exclude(actor=user)
+        .exclude(proposed_by=user)
+        .exclude(approvals__role=ApprovalRole.STAFF, approvals__approver=user, approvals__lapsed_at__isnull=True)
+        .filter(Q(claim__isnull=True) | Q(claim__claimed_by=user))
+        .order_by("created_at", "pk")
+    )
+    return candidates.filter(created_at__gte=after.created_at).first() or candidates.first()
+
+
+def claim_of(preview: Preview) -> Any:
+    """The preview's claim, or None (without a query when it was selected with the preview)."""
+    try:
+        return preview.claim
+    except Preview.claim.RelatedObjectDoesNotExist:
+        return None
+
+
+def queue_summary(preview: Preview) -> str:
+    action = registry.action(preview.action)
+    return action.review_summary(preview) if action else f"{preview.action} on {preview.subject_id}"

@@ -1,0 +1,151 @@
+"""The audit trail (per preview, per subject, the export) and the agent sessions in a staff member's scope."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django.db import connection
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+
+from approvals.console.notifications import reviewers
+from approvals.console.selectors.access import is_auditor, reviewable_actions
+from approvals.models import (
+    AgentSession,
+    AuditRecord,
+    Preview,
+    WebhookDelivery,
+)
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User  # settings.AUTH_USER_MODEL, as django-stubs resolves it
+
+
+# The audit trail -----------------------------------------------------------------------------
+
+
+def preview_timeline(*, preview: Preview) -> QuerySet[AuditRecord]:
+    return preview.audit_records.select_related("actor", "agent_session").order_by("id")
+
+
+def subject_timeline(*, user: User, subject_type: str, subject_id: str) -> QuerySet[AuditRecord]:
+    """Every audit record about one order or invoice, including refused proposals that named it
+    (those have no subject type: the subject was never verified), for the kinds this reviewer decides."""
+    return (
+        AuditRecord.objects.filter(
+            subject_id=subject_id,
+            subject_type__in=[subject_type, ""],
+            action__in=reviewable_actions(user=user),
+        )
+        .select_related("actor", "agent_session")
+        .order_by("id")
+    )
+
+
+AUDIT_EXPORT_FIELDS = (
+    "id",
+    "created_at",
+    "event",
+    "action",
+    "preview_id",
+    "actor",
+    "agent_session_id",
+    "subject_type",
+    "subject_id",
+    "raw_arguments",
+    "approval_basis",
+    "result",
+)
+
+
+def auditable_records(*, user: User) -> QuerySet[AuditRecord]:
+    """The audit records this staff member may read in bulk: every one for the auditor; otherwise those
+    about an action they decide (the preview's action when the record is about a preview, else the
+    record's own). A record about no action (a login pause, a shop-data change, a session minted)
+    is the auditor's alone."""
+    if is_auditor(user=user):
+        return AuditRecord.objects.all()
+    actions = reviewable_actions(user=user)
+    return AuditRecord.objects.filter(
+        Q(preview__isnull=False, preview__action__in=actions) | Q(preview__isnull=True, action__in=actions)
+    )
+
+
+def audit_export_rows(*, user: User, start: datetime, end: datetime) -> Iterator[dict[str, Any]]:
+    """The audit records `user` may read (auditable_records) created in [start, end), oldest first,
+    streamed from the database in chunks."""
+    records = (
+        auditable_records(user=user)
+        .filter(created_at__gte=start, created_at__lt=end)
+        .select_related("actor")
+        .order_by("id")
+    )
+    for record in records.iterator(chunk_size=2000):
+        yield {
+            "id": record.pk,
+            "created_at": record.created_at.isoformat(),
+            "event": record.event,
+            "action": record.action,
+            "preview_id": str(record.preview_id) if record.preview_id else None,
+            "actor": record.actor.get_username() if record.actor else None,
+            "agent_session_id": record.agent_session_id,
+            "subject_type": record.subject_type,
+            "subject_id": record.subject_id,
+            "raw_arguments": record.raw_arguments,
+            "approval_basis": record.approval_basis,
+            "result": record.result,
+        }
+
+
+def live_agent_sessions() -> QuerySet[AgentSession]:
+    """Agent sessions that can still act: not revoked, not expired. Newest first."""
+    return (
+        AgentSession.objects.filter(revoked_at__isnull=True, expires_at__gt=timezone.now())
+        .select_related("user")
+        .order_by("-created_at")
+    )
+
+
+def _has_a_tool(tools: list[str]) -> Q:
+    """Sessions whose tools include one of `tools`: on the JSON text of the list, which stores each
+    tool name between double quotes (a name is an action's, `[a-z_]+`), on PostgreSQL and SQLite alike."""
+    condition = Q(pk__in=[])
+    for name in tools:
+        condition |= (
+            Q(tools__contains=[name])
+            if connection.features.supports_json_field_contains
+            else Q(tools__icontains=json.dumps(name))
+        )
+    return condition
+
+
+def agent_sessions_in_scope(*, user: User) -> QuerySet[AgentSession]:
+    """The live agent sessions this staff member sees on the console's page: every one for the
+    auditor; otherwise those with a tool of an action they decide."""
+    sessions = live_agent_sessions()
+    if is_auditor(user=user):
+        return sessions
+    return sessions.filter(_has_a_tool(reviewable_actions(user=user)))
+
+
+def may_revoke_agent_session(*, user: User, session: AgentSession) -> bool:
+    """A session in scope (agent_sessions_in_scope) may be revoked by any of its reviewers, unless it
+    is a staff member's: those only by the auditor."""
+    return is_auditor(user=user) or not session.user.is_staff
+
+
+def webhook_deliveries_in_scope(*, user: User, limit: int = 50) -> list[WebhookDelivery]:
+    """The latest webhook deliveries of the sessions this staff member sees, newest first."""
+    return list(
+        WebhookDelivery.objects.filter(agent_session__in=agent_sessions_in_scope(user=user))
+        .select_related("agent_session__user")
+        .order_by("-created_at", "-pk")[:limit]
+    )
+
+
+def assignable_reviewers(*, preview: Preview) -> QuerySet[Any]:
+    """Active staff who may decide this preview (never its proposer), for the assign menu."""
+    return reviewers(preview.action).exclude(pk=preview.actor_id)
