@@ -9,8 +9,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from approvals.console.selectors import queue as selectors
 from approvals.console.selectors import QueueFilters, review_queue
+from approvals.console.selectors import queue as selectors
 from approvals.models import Preview, PreviewStatus
 from tests.factories import UserFactory
 
