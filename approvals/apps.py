@@ -11,6 +11,7 @@ class ApprovalsConfig(AppConfig):
         # (notifications, webhooks), and the Celery tasks the services publish by name (tasks).
         from . import checks, notifications, quorum, tasks, webhooks  # noqa: F401
         from .api import authentication, serializers  # noqa: F401  (register the OpenAPI extensions)
+        from .console import slack  # noqa: F401  (the Slack review messages' listener and tasks)
         from .people import (
             CustomerImportSerializer,
             StaffImportSerializer,
