@@ -268,7 +268,7 @@ def message_for(preview: Preview, *, staff_approvals: int | None = None) -> tupl
         _text(f"*Amount*\n{slack_escaped(_amount(preview))}"),
         _text(f"*Customer*\n{_customer(preview)}"),
         _text(f"*Quorum*\n{_quorum(preview, have)}"),
-        _text(f"*Expires*\nin {timeuntil(preview.expires_at)} ({_slack_date(preview.expires_at)})"),
+        _text(f"*Expires*\nin {timeuntil(preview.expires_at, depth=1)} ({_slack_date(preview.expires_at)})"),
     ]
     consequence = action.consequence(preview) if action else ""
     blocks = [
@@ -492,7 +492,7 @@ def _on_transition(preview_id: str, previous_status: str, status: str) -> None:
             _publish(slack_post_review)
         elif cache.add(KICK_KEY, preview_id, timeout=window):  # the first of this window schedules the run
             _publish(slack_post_review, countdown=window)
-    if SlackReviewMessage.objects.filter(pk=preview_id, with_buttons=True).exists():
+    elif SlackReviewMessage.objects.filter(pk=preview_id, with_buttons=True).exists():
         _publish(slack_update_review, preview_id)
 
 
