@@ -456,7 +456,7 @@ def slack_post_review(**kwargs: Any) -> dict[str, Any]:
 
 @shared_task(name=UPDATE_TASK, ignore_result=True)
 def slack_update_review(preview_id: str, **kwargs: Any) -> bool:
-    message = SlackReviewMessage.objects.filter(pk=preview_id, with_buttons=True).first()
+    message = SlackReviewMessage.objects.filter(preview_id=preview_id, with_buttons=True).first()
     if message is None or not slack_configured():
         return False
     try:
@@ -492,7 +492,7 @@ def _on_transition(preview_id: str, previous_status: str, status: str) -> None:
             _publish(slack_post_review)
         elif cache.add(KICK_KEY, preview_id, timeout=window):  # the first of this window schedules the run
             _publish(slack_post_review, countdown=window)
-    elif SlackReviewMessage.objects.filter(pk=preview_id, with_buttons=True).exists():
+    elif SlackReviewMessage.objects.filter(preview_id=preview_id, with_buttons=True).exists():
         _publish(slack_update_review, preview_id)
 
 
@@ -563,7 +563,7 @@ class ButtonValue:
 
 
 def review_channel(preview_id: str) -> str:
-    message = SlackReviewMessage.objects.filter(pk=preview_id).first()
+    message = SlackReviewMessage.objects.filter(preview_id=preview_id).first()
     return message.channel if message else settings.SLACK_REVIEW_CHANNEL
 
 
