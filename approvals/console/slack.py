@@ -102,6 +102,10 @@ class SlackRateLimited(Exception):
         self.retry_after = retry_after
 
 
+# What a call to Slack may fail with: a refusal, a rate limit, or no answer (urllib's errors are OSErrors).
+SLACK_FAILURES = (SlackApiError, SlackRateLimited, OSError)
+
+
 def _client() -> WebClient:
     base_url = settings.SLACK_API_URL if settings.SLACK_API_URL.endswith("/") else settings.SLACK_API_URL + "/"
     # No retry handlers: a repeated chat.postMessage posts twice, and a 429 is waited out, not retried.
@@ -119,6 +123,10 @@ def _retry_after(error: SlackApiError) -> float:
         return max(float(value), 1.0) if value is not None else 30.0
     except (TypeError, ValueError):
         return 30.0
+
+
+def _failure(error: Exception) -> str:
+    return str(error.response.get("error", error)) if isinstance(error, SlackApiError) else str(error)
 
 
 def paused_for() -> float:
@@ -297,7 +305,7 @@ def message_for(preview: Preview, *, staff_approvals: int | None = None) -> tupl
                     "value": value,
                     "confirm": {
                         "title": {"type": "plain_text", "text": "Approve this preview?"},
-                        "text": _text(slack_escaped(consequence or _summary(preview))),
+                        "text": {"type": "plain_text", "text": (consequence or _summary(preview))[:300]},
                         "confirm": {"type": "plain_text", "text": "Approve"},
                         "deny": {"type": "plain_text", "text": "Cancel"},
                     },
@@ -434,8 +442,10 @@ def reviews_sync() -> SyncReport:
     except SlackRateLimited as limited:
         report.rate_limited_for = limited.retry_after
         logger.warning("Slack rate limit: posting waits %.0f s", limited.retry_after)
-    except SlackApiError as error:
-        report.failures.append(str(error.response.get("error", error)))
+    except (SlackApiError, OSError) as error:
+        report.failures.append(
+            str(error.response.get("error", error)) if isinstance(error, SlackApiError) else str(error)
+        )
         logger.warning("Slack refused a review message; the next run tries again", exc_info=True)
     finally:
         cache.delete(POST_LOCK)
@@ -467,9 +477,9 @@ def slack_update_review(preview_id: str, **kwargs: Any) -> bool:
         if not _eager():
             slack_update_review.apply_async((preview_id,), countdown=limited.retry_after)
         return False
-    except SlackApiError as error:
+    except (SlackApiError, OSError) as error:
         # The beat run of slack_post_review updates it later: its shown_status is still the old one.
-        message.last_error = str(error.response.get("error", "error"))[:500]
+        message.last_error = _failure(error)[:500]
         message.save(update_fields=["last_error"])
         logger.warning("Slack refused to update the message of %s", preview_id, exc_info=True)
         return False
@@ -512,7 +522,7 @@ def staff_for_slack_user(slack_user_id: str) -> User | None:
         return user if user.is_active and user.is_staff else None
     try:
         found = slack_call("users_info", user=slack_user_id)["user"]
-    except (SlackApiError, SlackRateLimited):
+    except SLACK_FAILURES:
         logger.warning("users.info failed for a Slack reviewer", exc_info=True)
         return None
     email = (found.get("profile") or {}).get("email") or ""
@@ -586,7 +596,7 @@ def tell(slack_user_id: str, channel: str, text: str, *, link: bool = False) -> 
         )
     try:
         slack_call("chat_postEphemeral", channel=channel, user=slack_user_id, text=text, blocks=blocks)
-    except (SlackApiError, SlackRateLimited):
+    except SLACK_FAILURES:
         logger.warning("Could not tell a Slack reviewer: %s", text, exc_info=True)
 
 

@@ -22,7 +22,6 @@ from django.shortcuts import redirect, render
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods, require_POST
 from prometheus_client import Counter
-from slack_sdk.errors import SlackApiError
 from slack_sdk.signature import SignatureVerifier
 
 from ..models import SlackUserLink
@@ -123,7 +122,7 @@ def _button(payload: dict[str, Any]) -> HttpResponse:
             trigger_id=str(payload.get("trigger_id", "")),
             view=slack.reject_modal(f"{value.preview_id}:{value.digest}:{value.subject_version}"),
         )
-    except (SlackApiError, slack.SlackRateLimited):
+    except slack.SLACK_FAILURES:
         logger.warning("Could not open the reject modal", exc_info=True)
         slack.tell(slack_user_id, channel, "Nothing was decided: Slack could not open the form. Try again.")
     return HttpResponse(status=200)
