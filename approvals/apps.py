@@ -14,7 +14,10 @@ class ApprovalsConfig(AppConfig):
         from approvals.agents.api import authentication, serializers  # noqa: F401  (register the OpenAPI extensions)
         from approvals.audit import checks as audit_checks  # noqa: F401
         from approvals.audit.seal import seal_lag_seconds
-        from approvals.console import notifications  # noqa: F401
+        from approvals.console import (
+            notifications,  # noqa: F401
+            slack,  # noqa: F401  (the Slack review messages' listener and tasks)
+        )
         from approvals.core import checks, quorum  # noqa: F401
         from approvals.core.registry import ImportSection, registry
         from approvals.core.staff_roles import staff_roles_migrate

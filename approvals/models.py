@@ -514,3 +514,44 @@ class WebhookDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event_type} to {self.url} ({self.status})"
+
+
+class SlackReviewMessage(models.Model):
+    """The Slack message that shows a preview in the review channel (approvals.console.slack): where it
+    is, so that every later change of the preview replaces it (chat.update) and no stale button stays.
+    A burst's previews share one summary message without buttons (`with_buttons` false)."""
+
+    preview = models.OneToOneField(Preview, on_delete=models.CASCADE, primary_key=True, related_name="slack_message")
+    channel = models.CharField(max_length=32)
+    ts = models.CharField(max_length=32, help_text="Slack's id of the message in its channel.")
+    with_buttons = models.BooleanField(default=True)
+    shown_status = models.CharField(max_length=32, help_text="The preview's status the message last showed.")
+    posted_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.CharField(max_length=500, blank=True)
+
+    def __str__(self) -> str:
+        return f"Slack message {self.channel}/{self.ts} for {self.preview_id}"
+
+
+class SlackUserLink(models.Model):
+    """A staff member's own Slack user, linked by them in the console; a click by that Slack user is
+    theirs (before any match by email)."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="slack_link")
+    slack_user_id = models.CharField(max_length=32, unique=True)
+    linked_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.slack_user_id} is {self.user}"
+
+
+class SlackSeenRequest(models.Model):
+    """A signed Slack request already answered (its signature), so that a replay is refused. Rows older
+    than the signature's five minutes of validity are deleted: a replay that late fails the timestamp."""
+
+    signature = models.CharField(max_length=80, unique=True)
+    seen_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    def __str__(self) -> str:
+        return f"Slack request seen at {self.seen_at}"

@@ -166,6 +166,8 @@ CELERY_QUEUES_BY_KIND = {
     "notifications": [
         "approvals.notify_reviewers",
         "approvals.notify_counter_proposal",
+        "approvals.slack_post_review",
+        "approvals.slack_update_review",
         "refunds.notify_refund_status",
     ],
 }
@@ -415,6 +417,14 @@ REVIEW_ESCALATE_AFTER_SECONDS = env.int("REVIEW_ESCALATE_AFTER_SECONDS", default
 REVIEW_ESCALATE_EMAILS = [a.strip() for a in env.list("REVIEW_ESCALATE_EMAILS", default=[]) if a.strip()]
 # M-of-N staff approval per action, currency and amount band: `refund_order:EUR:100000:2,…` (approvals.core.quorum).
 REVIEW_QUORUM = env.str("REVIEW_QUORUM", default="")
+# Reviewing in Slack (approvals.console.slack, docs/console.md): all three set, every preview that starts
+# waiting for staff is posted to the review channel, and POST /integrations/slack/interactions takes the
+# buttons; any unset, nothing is posted and that endpoint is a 404. SLACK_API_URL: the tests' local server.
+SLACK_BOT_TOKEN = env.str("SLACK_BOT_TOKEN", default="")
+SLACK_SIGNING_SECRET = env.str("SLACK_SIGNING_SECRET", default="")
+SLACK_REVIEW_CHANNEL = env.str("SLACK_REVIEW_CHANNEL", default="")
+SLACK_API_URL = env.str("SLACK_API_URL", default="https://slack.com/api/")
+SLACK_TIMEOUT_SECONDS = env.int("SLACK_TIMEOUT_SECONDS", default=5)
 
 CELERY_BEAT_SCHEDULE = {
     "notify-reviewers": {"task": "approvals.notify_reviewers", "schedule": float(REVIEW_NOTIFY_INTERVAL_SECONDS)},
@@ -424,6 +434,11 @@ CELERY_BEAT_SCHEDULE = {
     "reconcile-payments": {"task": "refunds.reconcile", "schedule": float(RECONCILE_INTERVAL_SECONDS)},
     "resend-due-webhooks": {"task": "approvals.resend_due_webhooks", "schedule": 300.0},
 }
+if SLACK_BOT_TOKEN:  # posts what a lost publication missed, and updates messages a failed chat.update left stale
+    CELERY_BEAT_SCHEDULE["slack-sync-reviews"] = {
+        "task": "approvals.slack_post_review",
+        "schedule": float(REVIEW_NOTIFY_INTERVAL_SECONDS),
+    }
 # Publishing to a broker that is down fails fast; the sweeper publishes again later.
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 CELERY_BROKER_CONNECTION_TIMEOUT = 2

@@ -8,6 +8,7 @@ from drf_spectacular.views import SpectacularAPIView
 
 from approvals.agents.mcp_server import mcp_endpoint
 from approvals.console.selectors import console_access
+from approvals.console.slack_views import slack_interactions
 from approvals.core.registry import registry
 from approvals.site.login import ThrottledLoginView
 
@@ -33,6 +34,7 @@ urlpatterns = [
     path("console/", include("approvals.console.urls")),
     path("console/payments/", include("refunds.console_urls")),
     path("payments/", include("refunds.payment_urls")),
+    path("integrations/slack/interactions", slack_interactions, name="slack_interactions"),
 ]
 if settings.ADMIN_ENABLED:
     urlpatterns.append(path("admin/", admin.site.urls))

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from approvals.console import views
+from approvals.console import slack_views, views
 
 app_name = "console"
 
@@ -25,4 +25,5 @@ urlpatterns = [
     path("agent-sessions/<int:session_id>/revoke", views.agent_session_revoke, name="agent_session_revoke"),
     path("audit/", views.audit_log, name="audit"),
     path("audit/export", views.audit_export, name="audit_export"),
+    path("slack/", slack_views.slack_link, name="slack_link"),
 ]

@@ -147,7 +147,9 @@ def _subject_current_error(preview: Preview, approver: User) -> DecisionError | 
     )
 
 
-def _preview_say_no(preview: Preview, person: User, role: ApprovalRole, digest: str, note: str) -> None:
+def _preview_say_no(
+    preview: Preview, person: User, role: ApprovalRole, digest: str, note: str, channel: dict[str, str]
+) -> None:
     if role == ApprovalRole.CUSTOMER:
         reason = "The customer declined."  # the note reaches the agent as customer_note, marked as theirs
         preview_mark(preview, PreviewStatus.DECLINED, code=ErrorCode.DECLINED, reason=reason)
@@ -155,7 +157,7 @@ def _preview_say_no(preview: Preview, person: User, role: ApprovalRole, digest: 
     else:
         preview_mark(preview, PreviewStatus.REJECTED, code=ErrorCode.REJECTED, reason=note)
         event = AuditEvent.REJECTED
-    audit_record(event=event, preview=preview, actor=person, result={"note": note, "digest": digest})
+    audit_record(event=event, preview=preview, actor=person, result={"note": note, "digest": digest, **channel})
     metrics.decision(preview, role=role, decision=event)
 
 
@@ -173,15 +175,18 @@ def preview_decide(
     decision: Decision,
     note: str = "",
     basis: str = "",
+    channel: str = "",
 ) -> Preview:
     """The one decision path: `person`'s yes or no, in `role`, to exactly the preview they saw (its digest).
 
     The customer role must be the preview's actor (anyone else's preview is as if it did not exist); the
     staff role must hold the action's review permission and, to approve, have proposed no preview of its
     chain. Raises Preview.DoesNotExist for a preview this person may not see, DecisionError (audited)
-    when the decision cannot be taken.
+    when the decision cannot be taken. `channel` (e.g. "slack:U123") names where a decision taken outside
+    the console came from, in the audit result of a rejection or a refusal (an approval says it in `basis`).
     """
     approving = decision == Decision.APPROVE
+    came_from = {"channel": channel} if channel else {}
     with audited_transaction():
         owner = {"actor_id": person.pk} if role == ApprovalRole.CUSTOMER else {}
         preview = preview_lock(preview_id, **owner)
@@ -191,12 +196,12 @@ def preview_decide(
         if error is None and approving:
             error = _subject_current_error(preview, person)
         if error is not None:
-            audit_decision_refused(preview, person, error, role=role)
+            audit_decision_refused(preview, person, error, role=role, **came_from)
         elif approving:
             event = AuditEvent.CONFIRMED if role == ApprovalRole.CUSTOMER else AuditEvent.APPROVED
             approval_add(preview, approver=person, role=role, basis=basis, event=event)
         else:
-            _preview_say_no(preview, person, role, digest, note)
+            _preview_say_no(preview, person, role, digest, note, came_from)
     if error is not None:
         raise error
     return preview
