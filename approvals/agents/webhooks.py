@@ -123,7 +123,7 @@ def sign(secret: str, message_id: str, sent_at: Any, body: str) -> dict[str, str
 def may_have_webhook(preview: Preview) -> bool:
     """Whether the preview's agent session may have a webhook URL, from what the service holds already:
     the session itself when it is loaded (a new proposal's), or `agent_session_has_webhook` read with the
-    preview by the locks in approvals.core.services.locks. True when neither says. A session's webhook URL is
+    preview by the locks in approvals.core.locks. True when neither says. A session's webhook URL is
     set when the session is minted, before any preview of it exists."""
     known = getattr(preview, "agent_session_has_webhook", None)
     if known is not None:

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 
 from approvals.core.errors import DecisionError, ErrorCode
+from approvals.core.locks import preview_lock
 from approvals.core.services import Decision, audit_record, may_manage_claims, may_review, preview_decide
-from approvals.core.services.locks import preview_lock
 from approvals.models import ApprovalRole, AuditEvent, Preview, PreviewStatus, ReviewClaim
 
 if TYPE_CHECKING:

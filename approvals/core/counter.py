@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 
 from approvals.core.errors import DecisionError, ErrorCode, PolicyRefusal
+from approvals.core.locks import preview_lock
 from approvals.core.registry import Proposal, registry
 from approvals.core.services import audit_record, audited_transaction, decision_error, preview_mark, proposal_admit
 from approvals.core.services.audit import audit_decision_refused
-from approvals.core.services.locks import preview_lock
 from approvals.models import ApprovalRole, AuditEvent, Preview, PreviewOrigin, PreviewStatus
 from approvals.operations import metrics
 from approvals.operations.publish import NOTIFY_COUNTER_PROPOSAL, task_publish

@@ -33,11 +33,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.db.models import Count, QuerySet, Sum
 from django.utils import timezone
 
 from approvals.core.errors import PolicyRefusal
+from approvals.core.locks import spending_rows_lock
 from approvals.core.money import format_minor
 from approvals.core.registry import Action, registry
 from approvals.models import AgentSession, Preview, PreviewStatus
@@ -175,10 +175,10 @@ def spend_limits_check(
         return None
     # One order everywhere: the agent session's row, then the person's (agent_session_create locks the
     # person alone; agent_sessions_revoke the session alone).
-    if agent_session is not None and (daily is not None or hourly is not None):
-        list(AgentSession.objects.select_for_update(no_key=True).filter(pk=agent_session.pk).values_list("pk"))
-    if period is not None:
-        list(get_user_model().objects.select_for_update(no_key=True).filter(pk=actor.pk).values_list("pk"))
+    spending_rows_lock(
+        agent_session=agent_session if daily is not None or hourly is not None else None,
+        person=actor if period is not None else None,
+    )
 
     if hourly is not None and agent_session is not None:  # hourly is only set for an agent session
         refusal = _hourly_refusal(agent_session, hourly)

@@ -6,7 +6,8 @@
 - `decisions`: the one decision path (`preview_decide`): confirmations, staff approvals and rejections, expiry;
 - `rights`: who may propose, decide or count as an approver now (asked by all three paths);
 - `execution`: the leased state machine that executes an approved preview, its sweeper, resolver and retry;
-- `locks`: the one module that takes row locks, in the order its docstring states;
+- `approvals.core.locks` (beside the services, so that the limits use it too): the one module that takes
+  row locks, in the order its docstring states;
 - `previews`: a preview's digest and status changes, shared by the above.
 
 Each service owns its transaction. The names below are the package's public interface: import them from

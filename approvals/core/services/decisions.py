@@ -17,11 +17,11 @@ from django.utils import timezone
 
 from approvals.core import quorum
 from approvals.core.errors import DecisionError, ErrorCode
+from approvals.core.locks import preview_lock, previews_lock, subject_lock
 from approvals.core.registry import registry
 from approvals.core.rows import insert_rows, update_fields
 from approvals.core.services.audit import audit_decision_refused, audit_record, audited_transaction
 from approvals.core.services.execution import execution_enqueue, execution_open
-from approvals.core.services.locks import preview_lock, previews_lock, subject_lock
 from approvals.core.services.previews import approvals_of, preview_mark, status_awaiting
 from approvals.core.services.rights import staff_approvals_standing, staff_right_error
 from approvals.core.transitions import preview_transitioned

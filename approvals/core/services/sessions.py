@@ -13,11 +13,11 @@ from django.utils import timezone
 
 from approvals.core.digests import sha256_hex
 from approvals.core.errors import ApplicationError, ErrorCode
+from approvals.core.locks import agent_sessions_lock, person_lock, previews_lock
 from approvals.core.registry import registry
 from approvals.core.rows import fetch_one
 from approvals.core.services.audit import audit_record, audited_transaction
 from approvals.core.services.execution import AGENT_SESSION_REVOKED_REASON, Outcome, execution_transition
-from approvals.core.services.locks import agent_sessions_lock, person_lock, previews_lock
 from approvals.core.services.previews import preview_mark
 from approvals.models import OPEN_STATUSES, AgentSession, AuditEvent, Execution, Preview, PreviewStatus
 

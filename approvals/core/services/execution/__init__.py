@@ -24,7 +24,7 @@ that hits a constraint leaves the effect on the execution (`effect_unrecorded`),
 
 Only an expired lease can be taken over (`executions_dispatch_stalled`), and the taker gets a new
 fencing token. A lease must outlast one provider call (EXECUTION_LEASE_SECONDS > the provider's time-out).
-Rows are locked through approvals.core.services.locks, in its order.
+Rows are locked through approvals.core.locks, in its order.
 
 The package, by job: `state` (the table and the one transition), `opening` (an approved preview's
 execution and publishing it), `gate` (the checks before a first effect, written once), `attempt` (the

@@ -20,13 +20,13 @@ from approvals.core.errors import (
     ExecutionFailure,
     TransientExecutionError,
 )
-from approvals.core.registry import Action, registry
-from approvals.core.rows import update_fields
-from approvals.core.services.audit import audit_record, audited_transaction
-from approvals.core.services.locks import (
+from approvals.core.locks import (
     execution_lock,
     subject_lock_to_record,
 )
+from approvals.core.registry import Action, registry
+from approvals.core.rows import update_fields
+from approvals.core.services.audit import audit_record, audited_transaction
 from approvals.core.services.previews import approvals_of
 from approvals.models import (
     Approval,

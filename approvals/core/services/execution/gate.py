@@ -16,11 +16,11 @@ from approvals.core.errors import (
     PolicyRefusal,
 )
 from approvals.core.limits import spend_limits_recheck
-from approvals.core.quorum import quorum_refusal
-from approvals.core.registry import Action
-from approvals.core.services.locks import (
+from approvals.core.locks import (
     subject_lock,
 )
+from approvals.core.quorum import quorum_refusal
+from approvals.core.registry import Action
 from approvals.core.services.previews import approvals_of, preview_digest
 from approvals.core.services.rights import staff_approvals_standing
 from approvals.models import (

@@ -10,10 +10,10 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from approvals.core.rows import insert_rows, update_fields
-from approvals.core.services.locks import (
+from approvals.core.locks import (
     execution_row_lock,
 )
+from approvals.core.rows import insert_rows, update_fields
 from approvals.models import (
     Execution,
     Preview,

@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING, Any
 from approvals.core.errors import (
     ErrorCode,
 )
-from approvals.core.registry import Action
-from approvals.core.rows import update_fields
-from approvals.core.services.audit import audit_record
-from approvals.core.services.locks import (
+from approvals.core.locks import (
     executions_lock,
     sibling_previews_lock,
 )
+from approvals.core.registry import Action
+from approvals.core.rows import update_fields
+from approvals.core.services.audit import audit_record
 from approvals.core.transitions import preview_transitioned
 from approvals.models import (
     AuditEvent,

@@ -9,12 +9,12 @@ from approvals.core.errors import (
     DecisionError,
     ErrorCode,
 )
-from approvals.core.registry import registry
-from approvals.core.services.audit import audit_decision_refused, audit_record, audited_transaction
-from approvals.core.services.locks import (
+from approvals.core.locks import (
     execution_row_lock,
     preview_lock,
 )
+from approvals.core.registry import registry
+from approvals.core.services.audit import audit_decision_refused, audit_record, audited_transaction
 from approvals.models import (
     OPEN_STATUSES,
     AuditEvent,

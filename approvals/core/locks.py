@@ -46,6 +46,16 @@ def agent_sessions_lock(sessions: QuerySet[AgentSession]) -> list[AgentSession]:
     return list(sessions.select_for_update().order_by("pk"))
 
 
+def spending_rows_lock(*, agent_session: AgentSession | None, person: Any) -> None:
+    """Lock what the spending limits are counted on (approvals.core.limits): the agent session's row, then
+    the person's, both NO KEY (the preview's own foreign-key checks do not wait for them); either may
+    be left out (None) when no limit counts on it."""
+    if agent_session is not None:
+        list(AgentSession.objects.select_for_update(no_key=True).filter(pk=agent_session.pk).values_list("pk"))
+    if person is not None:
+        list(get_user_model().objects.select_for_update(no_key=True).filter(pk=person.pk).values_list("pk"))
+
+
 def person_lock(person: User) -> None:
     """Lock the person's row, NO KEY: their proposals in flight (which hold key-share locks on it) are
     not waited for, but two mints of agent sessions for the same person are counted one after the other."""
