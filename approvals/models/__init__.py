@@ -1,0 +1,70 @@
+"""The engine's models, by part: agents' sessions and what they leave (`agents`), previews, approvals and
+executions (`previews`), the audit log's rows (`audit`), the staff's review work (`review`)."""
+
+from approvals.models.agents import (
+    AgentSession,
+    IdempotencyRecord,
+    RejectedCallKind,
+    RejectedCallTally,
+    WebhookDelivery,
+    WebhookDeliveryStatus,
+)
+from approvals.models.audit import (
+    AuditEvent,
+    AuditLeaf,
+    AuditRecord,
+    AuditTreeHead,
+    CurrentTransactionId,
+)
+from approvals.models.previews import (
+    AWAITING_STATUSES,
+    EFFECT_IN_FLIGHT_OUTCOMES,
+    OPEN_STATUSES,
+    TERMINAL_STATUSES,
+    Approval,
+    ApprovalRole,
+    Execution,
+    ExecutionOutcome,
+    Preview,
+    PreviewOrigin,
+    PreviewStatus,
+)
+from approvals.models.review import (
+    ReviewClaim,
+    ReviewNotice,
+    ReviewNoticeKind,
+    SlackReviewMessage,
+    SlackSeenRequest,
+    SlackUserLink,
+)
+
+__all__ = [
+    "AWAITING_STATUSES",
+    "AgentSession",
+    "Approval",
+    "ApprovalRole",
+    "AuditEvent",
+    "AuditLeaf",
+    "AuditRecord",
+    "AuditTreeHead",
+    "CurrentTransactionId",
+    "EFFECT_IN_FLIGHT_OUTCOMES",
+    "Execution",
+    "ExecutionOutcome",
+    "IdempotencyRecord",
+    "OPEN_STATUSES",
+    "Preview",
+    "PreviewOrigin",
+    "PreviewStatus",
+    "RejectedCallKind",
+    "RejectedCallTally",
+    "ReviewClaim",
+    "ReviewNotice",
+    "ReviewNoticeKind",
+    "SlackReviewMessage",
+    "SlackSeenRequest",
+    "SlackUserLink",
+    "TERMINAL_STATUSES",
+    "WebhookDelivery",
+    "WebhookDeliveryStatus",
+]
