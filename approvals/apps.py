@@ -11,9 +11,11 @@ class ApprovalsConfig(AppConfig):
         # (notifications, webhooks), and the Celery tasks the services publish by name (tasks).
         from . import checks, notifications, quorum, tasks, webhooks  # noqa: F401
         from .api import authentication, serializers  # noqa: F401  (register the OpenAPI extensions)
+        from .shopdata import authentication as shop_authentication  # noqa: F401  (its OpenAPI extension)
         from .people import (
             CustomerImportSerializer,
             StaffImportSerializer,
+            customer_record,
             customer_upsert,
             person_describe,
             staff_upsert,
@@ -29,6 +31,8 @@ class ApprovalsConfig(AppConfig):
                 order=0,
                 subject_type="user",
                 describe=person_describe,
+                key_field="username",
+                record=customer_record,
             )
         )
         registry.register_import_section(

@@ -26,6 +26,7 @@ urlpatterns = [
     path("accounts/login/", ThrottledLoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/agent/", include("approvals.api.urls")),
+    path("api/shop/", include("approvals.shopdata.urls")),
     path("mcp", mcp_endpoint, name="mcp"),
     path("api/schema/", SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]), name="schema"),
     path("previews/", include("approvals.urls")),

@@ -47,6 +47,27 @@ def order_upsert(data: dict[str, Any]) -> str:
     return "updated"
 
 
+def order_record(number: str, lock: bool) -> dict[str, Any] | None:
+    """The order as stored, in the import's item format, with its version (the shop data API's GET and
+    If-Match); `lock` takes the order's row lock first, as order_upsert does, in the caller's transaction."""
+    orders = Order.objects.select_for_update() if lock else Order.objects.all()
+    order = orders.filter(number=number).first()
+    if order is None:
+        return None
+    return {
+        "id": order.number,
+        "customer": get_user_model().objects.values_list("username", flat=True).get(pk=order.customer_id),
+        "currency": order.currency,
+        "total_minor": order.total_minor,
+        "refunded_minor": order.refunded_minor,
+        "status": order.status,
+        "placed_at": order.placed_at.isoformat(),
+        "delivered_at": order.delivered_at.isoformat() if order.delivered_at else None,
+        "payment_ref": order.payment_ref,
+        "version": order.version,
+    }
+
+
 def refund_pay(*, preview: Preview, order: Order | None = None) -> dict[str, Any]:
     """Ask the gateway for the refund, keyed by the preview: asking again returns the same refund.
 
