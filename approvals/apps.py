@@ -11,7 +11,6 @@ class ApprovalsConfig(AppConfig):
         # (notifications, webhooks), and the Celery tasks the services publish by name (tasks).
         from . import checks, notifications, quorum, tasks, webhooks  # noqa: F401
         from .api import authentication, serializers  # noqa: F401  (register the OpenAPI extensions)
-        from .shopdata import authentication as shop_authentication  # noqa: F401  (its OpenAPI extension)
         from .people import (
             CustomerImportSerializer,
             StaffImportSerializer,
