@@ -31,6 +31,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]), name="schema"),
     path("previews/", include("approvals.urls")),
     path("orders/", include("refunds.urls")),
+    path("console/shop-tokens/", include("approvals.shopdata.console_urls")),
     path("console/", include("approvals.console.urls")),
     path("console/payments/", include("refunds.console_urls")),
     path("payments/", include("refunds.payment_urls")),

@@ -127,9 +127,10 @@ def record_validate(call: ShopCall) -> dict[str, Any]:
     elif item[key_field] != call.identity:
         raise _invalid(call, [f"$.{key_field}: must be {call.identity!r}, the {key_field} in the path, or be left out"])
     try:
-        [(_, [validated])] = shop_data_validate(json.dumps({call.section_key: [item]}))
+        sections = shop_data_validate(json.dumps({call.section_key: [item]}))
     except ShopDataInvalid as invalid:
         raise _invalid(call, invalid.problems) from invalid
+    [validated] = next(items for section, items in sections if section.key == call.section_key)
     return dict(validated)
 
 

@@ -106,6 +106,7 @@ def record_view(section: ImportSection) -> Any:
         403: FORBIDDEN,
         429: THROTTLED,
     }
+
     # Fresh functions: extend_schema annotates the function it is given, and each section has its own.
     def get(self: ShopRecordView, request: Request, identity: str) -> Response:
         return ShopRecordView.get(self, request, identity)
