@@ -7,10 +7,21 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import F
 
-from approvals.plugin import Preview, ShopDataInvalid, amount_of, fetch_one, insert_rows, update_fields
+from approvals.plugin import (
+    ExecutionFailure,
+    Preview,
+    ShopDataInvalid,
+    TransientExecutionError,
+    amount_of,
+    fetch_one,
+    format_minor,
+    insert_rows,
+    update_fields,
+)
 
-from .gateways import GatewayRefund, payment_gateway
+from .gateways import GatewayRefund, PaymentGateway, ProviderRemaining, ProviderRemainingExceeded, payment_gateway
 from .models import Order, Refund, RefundStatus
+from .reconciliation import order_reconcile
 from .serializers import refunded_beyond_total_problem
 
 ORDER_IMPORT_FIELDS = (
@@ -78,13 +89,49 @@ def refund_pay(*, preview: Preview, order: Order | None = None) -> dict[str, Any
         order = fetch_one(Order, number=preview.subject_id)
         if order is None:
             raise Order.DoesNotExist(f"No order {preview.subject_id}")
-    gateway_refund = payment_gateway().refund(
-        payment_ref=order.payment_ref or order.number,
-        amount_minor=amount_of(preview)[0],
-        currency=amount_of(preview)[1],
-        idempotency_key=f"refund:{preview.pk}",
+    gateway = payment_gateway()
+    asked = {
+        "payment_ref": order.payment_ref or order.number,
+        "amount_minor": amount_of(preview)[0],
+        "currency": amount_of(preview)[1],
+        "idempotency_key": f"refund:{preview.pk}",
+    }
+    remaining = gateway.refundable_remaining(payment_ref=asked["payment_ref"], order_total_minor=order.total_minor)
+    if remaining.remaining_minor < asked["amount_minor"]:
+        # An earlier attempt whose answer was lost may be what the provider counts: then it is this refund.
+        made = gateway.find_refund(**asked)
+        if made is not None:
+            return _effect(made)
+        raise _remaining_exceeded(order, remaining, asked, gateway)
+    return _effect(gateway.refund(**asked))
+
+
+def _remaining_exceeded(
+    order: Order, remaining: ProviderRemaining, asked: dict[str, Any], gateway: PaymentGateway
+) -> ProviderRemainingExceeded:
+    """The refusal, with the numbers; the order is reconciled first, so the drift (a refund made at the
+    provider outside the gateway) is on the console's Payments page when staff look."""
+    currency = asked["currency"]
+    try:
+        with transaction.atomic():
+            order_reconcile(order, gateway=gateway)
+    except (TransientExecutionError, ExecutionFailure):
+        pass  # the next reconciliation reports it; the refusal stands either way
+    return ProviderRemainingExceeded(
+        f"The payment provider says {format_minor(remaining.remaining_minor, currency)} "
+        f"({remaining.remaining_minor}) remains refundable on {asked['payment_ref']} "
+        f"({format_minor(remaining.paid_minor, currency)} ({remaining.paid_minor}) paid, "
+        f"{format_minor(remaining.refunded_minor, currency)} ({remaining.refunded_minor}) refunded there), "
+        f"less than this refund of {format_minor(asked['amount_minor'], currency)} ({asked['amount_minor']}). "
+        f"Nothing was asked. The order says {format_minor(order.remaining_minor, currency)} "
+        f"({order.remaining_minor}) remains: a refund was made at the provider outside the gateway; "
+        "reconciliation lists it.",
+        provider_remaining_minor=remaining.remaining_minor,
+        provider_paid_minor=remaining.paid_minor,
+        provider_refunded_minor=remaining.refunded_minor,
+        amount_minor=asked["amount_minor"],
+        order_remaining_minor=order.remaining_minor,
     )
-    return _effect(gateway_refund)
 
 
 def _effect(gateway_refund: GatewayRefund) -> dict[str, Any]:
