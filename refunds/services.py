@@ -90,7 +90,7 @@ def refund_pay(*, preview: Preview, order: Order | None = None) -> dict[str, Any
         if order is None:
             raise Order.DoesNotExist(f"No order {preview.subject_id}")
     gateway = payment_gateway()
-    asked = {
+    asked: dict[str, Any] = {
         "payment_ref": order.payment_ref or order.number,
         "amount_minor": amount_of(preview)[0],
         "currency": amount_of(preview)[1],

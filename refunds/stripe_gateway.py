@@ -87,7 +87,7 @@ class StripeGateway:
                 if data.get("status") != "succeeded":
                     continue  # a declined attempt captured nothing
                 captured = data.get("amount_captured")
-                paid += int(data.get("amount") if captured is None else captured)
+                paid += int((data.get("amount") if captured is None else captured) or 0)
                 refunded += int(data.get("amount_refunded") or 0)
         except stripe.StripeError as error:
             classified = classify_stripe_error(error)

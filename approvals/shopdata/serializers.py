@@ -31,7 +31,7 @@ def _title(section: ImportSection) -> str:
 
 def record_request_serializer(section: ImportSection) -> type[serializers.Serializer]:
     """The import's item serializer, its identity field optional: the path names the record."""
-    identity = copy.deepcopy(section.item_serializer._declared_fields[section.key_field])  # type: ignore[attr-defined]
+    identity = copy.deepcopy(section.item_serializer._declared_fields[section.key_field])
     identity.required = False
     return type(
         f"Shop{_title(section)}RecordSerializer",

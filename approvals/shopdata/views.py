@@ -149,9 +149,10 @@ def record_view(section: ImportSection) -> Any:
             **common,
         },
     )(put)
-    return type(
+    view: type[ShopRecordView] = type(
         f"Shop{name.title()}RecordView", (ShopRecordView,), {"section_key": section.key, "get": get, "put": put}
-    ).as_view()
+    )
+    return view.as_view()
 
 
 def no_such_endpoint(request: HttpRequest, rest: str = "") -> JsonResponse:
