@@ -11,7 +11,8 @@ def _patterns() -> list[URLPattern]:
     served = [section for section in registry.ordered_import_sections() if section.record is not None]
     return [
         *(path(f"{s.key}/<path:identity>", record_view(s), name=f"shop-{s.key}") for s in served),
-        re_path(r"^(?P<rest>.*)$", no_such_endpoint),
+        # [\s\S]: a path with a newline (%0A) matches no other pattern, and gets the JSON 404 too.
+        re_path(r"^(?P<rest>[\s\S]*)$", no_such_endpoint),
     ]
 
 
