@@ -41,7 +41,7 @@ def shop_tokens(request: HttpRequest) -> HttpResponse:
 @_manager_required
 @require_POST
 def shop_token_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
-    revoked = shop_tokens_revoke(token_id=token_id, revoked_by=request.user)  # type: ignore[arg-type]
+    revoked = shop_tokens_revoke(token_id=token_id, revoked_by=request.user)  # type: ignore[arg-type]  # signed in: _manager_required
     if revoked:
         messages.success(request, f"Revoked the shop token {revoked[0].token_prefix}… ({revoked[0].label}).")
     else:
