@@ -25,6 +25,7 @@ class ApprovalsConfig(AppConfig):
         from approvals.site.people import (
             CustomerImportSerializer,
             StaffImportSerializer,
+            customer_record,
             customer_upsert,
             person_describe,
             staff_upsert,
@@ -38,6 +39,8 @@ class ApprovalsConfig(AppConfig):
                 order=0,
                 subject_type="user",
                 describe=person_describe,
+                key_field="username",
+                record=customer_record,
             )
         )
         registry.register_import_section(

@@ -219,6 +219,8 @@ AGENT_THROTTLE_RATE = env.str("AGENT_THROTTLE_RATE", default="120/min")
 # Per person, across all their agent sessions: more sessions must not mean more calls.
 AGENT_USER_THROTTLE_RATE = env.str("AGENT_USER_THROTTLE_RATE", default="240/min")
 AGENT_SESSIONS_PER_USER_MAX = env.int("AGENT_SESSIONS_PER_USER_MAX", default=5)
+# The shop data API (/api/shop/, docs/shop-data.md): calls per shop token.
+SHOP_THROTTLE_RATE = env.str("SHOP_THROTTLE_RATE", default="600/min")
 # Throttled and malformed tool calls are counted per session, minute and kind (approvals.CallTally);
 # only the first ones of each minute also get a full audit record, so a flood cannot fill the log.
 AGENT_REJECTED_CALLS_AUDITED_PER_MINUTE = env.int("AGENT_REJECTED_CALLS_AUDITED_PER_MINUTE", default=10)
@@ -248,6 +250,8 @@ PAYMENT_GATEWAY = env.str("PAYMENT_GATEWAY", default="local")
 STRIPE_API_KEY = env.str("STRIPE_API_KEY", default="")
 STRIPE_API_BASE = env.str("STRIPE_API_BASE", default="https://api.stripe.com")
 STRIPE_TIMEOUT_SECONDS = env.float("STRIPE_TIMEOUT_SECONDS", default=10.0)
+# Reads only (the refundable remainder before a refund): the SDK retries them itself, with its back-off.
+STRIPE_READ_RETRIES = env.int("STRIPE_READ_RETRIES", default=2)
 
 # Payments (docs/payments.md). Stripe's webhook signing secret (whsec_…) for POST /payments/stripe/webhook;
 # unset, the endpoint answers 404. Events signed longer ago than the tolerance are refused.
@@ -298,6 +302,14 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # The shop data API's records carry the actions' own choice sets (named here, by import path).
+    "ENUM_NAME_OVERRIDES": {
+        "StatusEnum": "approvals.models.PreviewStatus",
+        "OutcomeEnum": "approvals.models.ExecutionOutcome",
+        "ShopWriteOutcomeEnum": ["created", "updated", "unchanged"],
+        "OrderStatusEnum": "refunds.models.OrderStatus",
+        "InvoiceStatusEnum": "invoices.models.InvoiceStatus",
+    },
 }
 
 # Every asset is served by the app itself; nothing inline, nothing from elsewhere.
@@ -349,7 +361,7 @@ if HTTPS:
 
 # Logs: `text` (readable, the default, as `make run` prints) or `json` (one object per line, for
 # production). Either way each line carries the request, preview, agent session and action it belongs
-# to, where known, and secrets are scrubbed (approvals/operations/logs.py).
+# to, where known, and secrets are scrubbed (approvals/operations/probes/logs.py).
 LOG_FORMAT = env.str("LOG_FORMAT", default="text")
 if LOG_FORMAT not in ("text", "json"):
     raise ImproperlyConfigured(f"LOG_FORMAT must be 'text' or 'json', not {LOG_FORMAT!r}")

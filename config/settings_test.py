@@ -19,6 +19,7 @@ CELERY_BROKER_URL = env.str("REDIS_URL", default="memory://")
 EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
 AGENT_THROTTLE_RATE = "10000/min"
 AGENT_USER_THROTTLE_RATE = "10000/min"
+SHOP_THROTTLE_RATE = "10000/min"
 AGENT_SESSIONS_PER_USER_MAX = 1000
 # Throttle and login-failure counters must not outlive a test run (REDIS_URL may be set).
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}

@@ -9,7 +9,13 @@ class InvoicesConfig(AppConfig):
 
         from .actions import SendInvoiceAction
         from .serializers import InvoiceImportSerializer, StandingApprovalImportSerializer
-        from .services import invoice_describe, invoice_upsert, standing_approval_describe, standing_approval_upsert
+        from .services import (
+            invoice_describe,
+            invoice_record,
+            invoice_upsert,
+            standing_approval_describe,
+            standing_approval_upsert,
+        )
 
         registry.register_action(SendInvoiceAction())
         registry.register_import_section(
@@ -20,6 +26,8 @@ class InvoicesConfig(AppConfig):
                 order=30,
                 subject_type="invoice",
                 describe=invoice_describe,
+                key_field="number",
+                record=invoice_record,
             )
         )
         registry.register_import_section(

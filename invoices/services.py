@@ -56,6 +56,29 @@ def standing_approval_upsert(data: dict[str, Any]) -> str:
     return "created"
 
 
+def invoice_record(number: str, lock: bool) -> dict[str, Any] | None:
+    """The invoice as stored, in the import's item format, with its version (the shop data API's GET and
+    If-Match); `lock` takes the invoice's row lock first, as invoice_upsert does, in the caller's transaction."""
+    invoices = Invoice.objects.select_for_update() if lock else Invoice.objects.all()
+    invoice = invoices.filter(number=number).first()
+    if invoice is None:
+        return None
+    return {
+        "number": invoice.number,
+        "customer": get_user_model().objects.values_list("username", flat=True).get(pk=invoice.customer_id),
+        "currency": invoice.currency,
+        "status": invoice.status,
+        "contacts": sorted(invoice.contacts.values_list("email", flat=True)),
+        "lines": [
+            {"description": description, "quantity": quantity, "unit_minor": unit_minor}
+            for description, quantity, unit_minor in invoice.lines.order_by("position").values_list(
+                "description", "quantity", "unit_minor"
+            )
+        ],
+        "version": invoice.version,
+    }
+
+
 def invoice_describe(data: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
     """An invoice as stored, for the import's audit."""
     invoice = Invoice.objects.select_related("customer").filter(number=data["number"]).first()

@@ -10,7 +10,7 @@ class RefundsConfig(AppConfig):
         from . import checks  # noqa: F401 - registers the system check
         from .actions import RefundOrderAction
         from .serializers import OrderImportSerializer
-        from .services import order_describe, order_upsert
+        from .services import order_describe, order_record, order_upsert
 
         registry.register_action(RefundOrderAction())
         registry.register_import_section(
@@ -21,5 +21,7 @@ class RefundsConfig(AppConfig):
                 order=20,
                 subject_type="order",
                 describe=order_describe,
+                key_field="id",
+                record=order_record,
             )
         )

@@ -41,6 +41,19 @@ class ProviderRefund:
         return self.idempotency_key.removeprefix("refund:") if self.idempotency_key.startswith("refund:") else ""
 
 
+@dataclass(frozen=True)
+class ProviderRemaining:
+    """What the provider says of a payment before a refund: paid (captured) and already refunded there
+    (live refunds: pending or succeeded), in minor units."""
+
+    paid_minor: int
+    refunded_minor: int
+
+    @property
+    def remaining_minor(self) -> int:
+        return max(self.paid_minor - self.refunded_minor, 0)
+
+
 class GatewayDeclined(ExecutionFailure):
     """The provider refused the refund for good (e.g. already refunded); do not retry."""
 
@@ -63,6 +76,13 @@ class GatewayRefundMismatch(ExecutionFailure):
     effect_made = True
 
 
+class ProviderRemainingExceeded(GatewayDeclined):
+    """The provider says less remains refundable on the payment than the refund: nothing was asked
+    (a refund made outside the gateway, which reconciliation reports). The preview fails for good."""
+
+    code = "provider_remaining_exceeded"
+
+
 class GatewayMisconfigured(GatewayUnavailable, ImproperlyConfigured):
     """The settings name no usable gateway. Raised at execution, it fails the preview (retryable by
     staff once fixed) instead of crashing the task, which the sweeper would only publish again."""
@@ -79,6 +99,13 @@ class PaymentGateway(Protocol):
 
     def list_refunds(self, *, payment_ref: str) -> list[ProviderRefund]:
         """Every refund the provider holds for this payment (every page), made here or elsewhere."""
+        ...
+
+    def refundable_remaining(self, *, payment_ref: str, order_total_minor: int) -> ProviderRemaining:
+        """What the provider says was paid and is refunded already on this payment, read before every
+        refund. A provider that cannot be read raises TransientExecutionError (effect_possible=False:
+        nothing was asked) or GatewayUnavailable. `order_total_minor` is what a gateway that keeps no
+        record of payments (the local one) takes as paid."""
         ...
 
 
@@ -127,6 +154,14 @@ class LocalGateway:
             )
             for row in LocalGatewayRefund.objects.filter(payment_ref=payment_ref).order_by("created_at", "pk")
         ]
+
+    def refundable_remaining(self, *, payment_ref: str, order_total_minor: int) -> ProviderRemaining:
+        """The local gateway keeps refunds, not payments: the order's total is what was paid, and its own
+        live refunds of the payment (pending or succeeded) what is refunded."""
+        live = LocalGatewayRefund.objects.filter(payment_ref=payment_ref).exclude(status__in=("failed", "canceled"))
+        return ProviderRemaining(
+            paid_minor=order_total_minor, refunded_minor=sum(live.values_list("amount_minor", flat=True))
+        )
 
 
 def _checked_local(

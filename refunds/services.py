@@ -7,10 +7,18 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import F
 
-from approvals.plugin import Preview, ShopDataInvalid, amount_of
+from approvals.plugin import (
+    ExecutionFailure,
+    Preview,
+    ShopDataInvalid,
+    TransientExecutionError,
+    amount_of,
+    format_minor,
+)
 
-from .gateways import GatewayRefund, payment_gateway
+from .gateways import GatewayRefund, PaymentGateway, ProviderRemaining, ProviderRemainingExceeded, payment_gateway
 from .models import Order, Refund, RefundStatus
+from .reconciliation import order_reconcile
 from .serializers import refunded_beyond_total_problem
 
 ORDER_IMPORT_FIELDS = (
@@ -47,6 +55,27 @@ def order_upsert(data: dict[str, Any]) -> str:
     return "updated"
 
 
+def order_record(number: str, lock: bool) -> dict[str, Any] | None:
+    """The order as stored, in the import's item format, with its version (the shop data API's GET and
+    If-Match); `lock` takes the order's row lock first, as order_upsert does, in the caller's transaction."""
+    orders = Order.objects.select_for_update() if lock else Order.objects.all()
+    order = orders.filter(number=number).first()
+    if order is None:
+        return None
+    return {
+        "id": order.number,
+        "customer": get_user_model().objects.values_list("username", flat=True).get(pk=order.customer_id),
+        "currency": order.currency,
+        "total_minor": order.total_minor,
+        "refunded_minor": order.refunded_minor,
+        "status": order.status,
+        "placed_at": order.placed_at.isoformat(),
+        "delivered_at": order.delivered_at.isoformat() if order.delivered_at else None,
+        "payment_ref": order.payment_ref,
+        "version": order.version,
+    }
+
+
 def refund_pay(*, preview: Preview, order: Order | None = None) -> dict[str, Any]:
     """Ask the gateway for the refund, keyed by the preview: asking again returns the same refund.
 
@@ -57,13 +86,49 @@ def refund_pay(*, preview: Preview, order: Order | None = None) -> dict[str, Any
         order = Order.objects.filter(number=preview.subject_id).first()
         if order is None:
             raise Order.DoesNotExist(f"No order {preview.subject_id}")
-    gateway_refund = payment_gateway().refund(
-        payment_ref=order.payment_ref or order.number,
-        amount_minor=amount_of(preview)[0],
-        currency=amount_of(preview)[1],
-        idempotency_key=f"refund:{preview.pk}",
+    gateway = payment_gateway()
+    asked: dict[str, Any] = {
+        "payment_ref": order.payment_ref or order.number,
+        "amount_minor": amount_of(preview)[0],
+        "currency": amount_of(preview)[1],
+        "idempotency_key": f"refund:{preview.pk}",
+    }
+    remaining = gateway.refundable_remaining(payment_ref=asked["payment_ref"], order_total_minor=order.total_minor)
+    if remaining.remaining_minor < asked["amount_minor"]:
+        # An earlier attempt whose answer was lost may be what the provider counts: then it is this refund.
+        made = gateway.find_refund(**asked)
+        if made is not None:
+            return _effect(made)
+        raise _remaining_exceeded(order, remaining, asked, gateway)
+    return _effect(gateway.refund(**asked))
+
+
+def _remaining_exceeded(
+    order: Order, remaining: ProviderRemaining, asked: dict[str, Any], gateway: PaymentGateway
+) -> ProviderRemainingExceeded:
+    """The refusal, with the numbers; the order is reconciled first, so the drift (a refund made at the
+    provider outside the gateway) is on the console's Payments page when staff look."""
+    currency = asked["currency"]
+    try:
+        with transaction.atomic():
+            order_reconcile(order, gateway=gateway)
+    except (TransientExecutionError, ExecutionFailure):
+        pass  # the next reconciliation reports it; the refusal stands either way
+    return ProviderRemainingExceeded(
+        f"The payment provider says {format_minor(remaining.remaining_minor, currency)} "
+        f"({remaining.remaining_minor}) remains refundable on {asked['payment_ref']} "
+        f"({format_minor(remaining.paid_minor, currency)} ({remaining.paid_minor}) paid, "
+        f"{format_minor(remaining.refunded_minor, currency)} ({remaining.refunded_minor}) refunded there), "
+        f"less than this refund of {format_minor(asked['amount_minor'], currency)} ({asked['amount_minor']}). "
+        f"Nothing was asked. The order says {format_minor(order.remaining_minor, currency)} "
+        f"({order.remaining_minor}) remains: a refund was made at the provider outside the gateway; "
+        "reconciliation lists it.",
+        provider_remaining_minor=remaining.remaining_minor,
+        provider_paid_minor=remaining.paid_minor,
+        provider_refunded_minor=remaining.refunded_minor,
+        amount_minor=asked["amount_minor"],
+        order_remaining_minor=order.remaining_minor,
     )
-    return _effect(gateway_refund)
 
 
 def _effect(gateway_refund: GatewayRefund) -> dict[str, Any]:

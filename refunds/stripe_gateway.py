@@ -15,6 +15,12 @@ Errors are sorted by what they say about the money:
   the preview fails at once with the provider's message;
 * our credentials were refused (401/403): GatewayUnavailable, the preview fails at once and staff can
   retry it once the configuration is fixed (nothing was done at the provider).
+
+Before each refund the executor reads what remains refundable (`refundable_remaining`): the payment
+intent's charges (`GET /v1/charges?payment_intent=…`, every page), each succeeded charge's
+`amount_captured` minus its `amount_refunded`. A read changes nothing, so the SDK retries it itself
+(`STRIPE_READ_RETRIES`, with its back-off); a read that still fails asks for nothing: a transient error
+(retried by the task, as "unavailable", `effect_possible=False`) or GatewayUnavailable.
 """
 
 from __future__ import annotations
@@ -27,12 +33,20 @@ from django.conf import settings
 
 from approvals.plugin import TransientExecutionError
 
-from .gateways import GatewayDeclined, GatewayRefund, GatewayRefundMismatch, GatewayUnavailable, ProviderRefund
+from .gateways import (
+    GatewayDeclined,
+    GatewayRefund,
+    GatewayRefundMismatch,
+    GatewayUnavailable,
+    ProviderRefund,
+    ProviderRemaining,
+)
 
 if TYPE_CHECKING:
     from stripe.params import RefundCreateParams
 
 DEFAULT_TIMEOUT_SECONDS = 10.0
+DEFAULT_READ_RETRIES = 2
 IDEMPOTENCY_KEY_PREFIX = "refund:"
 # Refund states in which no money moves and none will (https://docs.stripe.com/api/refunds/object).
 DEAD_REFUND_STATUSES = frozenset({"failed", "canceled"})
@@ -42,9 +56,16 @@ class StripeGateway:
     """Refunds a PaymentIntent (the order's `payment_ref`, e.g. `pi_…`) through the Stripe API."""
 
     def __init__(
-        self, *, api_key: str, api_base: str = stripe.DEFAULT_API_BASE, timeout: float = DEFAULT_TIMEOUT_SECONDS
+        self,
+        *,
+        api_key: str,
+        api_base: str = stripe.DEFAULT_API_BASE,
+        timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        read_retries: int = DEFAULT_READ_RETRIES,
     ) -> None:
         self.client = _client(api_key, api_base.rstrip("/"), timeout)
+        # Reads only: the SDK retries a connection error, a 409 or a 5xx itself, with its back-off.
+        self.reading_client = _client(api_key, api_base.rstrip("/"), timeout, read_retries)
 
     @classmethod
     def from_settings(cls) -> StripeGateway:
@@ -52,7 +73,35 @@ class StripeGateway:
             api_key=settings.STRIPE_API_KEY,
             api_base=settings.STRIPE_API_BASE,
             timeout=float(getattr(settings, "STRIPE_TIMEOUT_SECONDS", DEFAULT_TIMEOUT_SECONDS)),
+            read_retries=int(getattr(settings, "STRIPE_READ_RETRIES", DEFAULT_READ_RETRIES)),
         )
+
+    def refundable_remaining(self, *, payment_ref: str, order_total_minor: int) -> ProviderRemaining:
+        """The payment intent's succeeded charges, every page: captured minus refunded at Stripe
+        (https://docs.stripe.com/api/charges/object). `order_total_minor` is not used: Stripe knows."""
+        paid = refunded = 0
+        try:
+            page = self.reading_client.v1.charges.list(params={"payment_intent": payment_ref, "limit": 100})
+            for charge in page.auto_paging_iter():
+                data = charge.to_dict()
+                if data.get("status") != "succeeded":
+                    continue  # a declined attempt captured nothing
+                captured = data.get("amount_captured")
+                paid += int((data.get("amount") if captured is None else captured) or 0)
+                refunded += int(data.get("amount_refunded") or 0)
+        except stripe.StripeError as error:
+            classified = classify_stripe_error(error)
+            if isinstance(classified, TransientExecutionError):
+                raise TransientExecutionError(
+                    f"Stripe could not be read before the refund; nothing was asked: {classified}",
+                    effect_possible=False,
+                ) from error
+            raise GatewayUnavailable(
+                f"Stripe could not tell what remains refundable on {payment_ref}, so nothing was asked: "
+                f"{getattr(classified, 'message', classified)}",
+                **getattr(classified, "facts", {}),
+            ) from error
+        return ProviderRemaining(paid_minor=paid, refunded_minor=refunded)
 
     def refund(self, *, payment_ref: str, amount_minor: int, currency: str, idempotency_key: str) -> GatewayRefund:
         params: RefundCreateParams = {
@@ -108,12 +157,14 @@ def provider_refund(data: dict[str, Any]) -> ProviderRefund:
 
 
 @functools.lru_cache(maxsize=8)
-def _client(api_key: str, api_base: str, timeout: float) -> stripe.StripeClient:
-    """One client per configuration, so connections are reused (its HTTP sessions are per thread)."""
+def _client(api_key: str, api_base: str, timeout: float, retries: int = 0) -> stripe.StripeClient:
+    """One client per configuration, so connections are reused (its HTTP sessions are per thread).
+    Writes never retry in the SDK (`retries=0`): Celery retries, with backoff and jitter, and audits each
+    attempt; reads may."""
     return stripe.StripeClient(
         api_key,
         base_addresses={"api": api_base},
-        max_network_retries=0,  # Celery retries, with backoff and jitter, and audits each attempt
+        max_network_retries=retries,
         http_client=stripe.RequestsClient(timeout=timeout),
     )
 

@@ -56,6 +56,12 @@ class ImportSection:
     `describe(item)` returns the subject id an item is audited under and a summary of what is stored for
     it now (None when nothing is): the import records it before and after every write that changed
     something. Keys starting with `_` are compared but never recorded (a password hash's fingerprint).
+
+    A section with `record` is also served one item at a time by the shop data API
+    (`/api/shop/<key>/<identity>`, docs/shop-data.md): `record(identity, lock)` returns the item as
+    stored, in the item format, with its `version` (what `If-Match` names), or None when there is none;
+    with `lock` true it locks what `write` changes first, in the caller's transaction. `key_field` names
+    the item's identity field (`id`, `number`, `username`).
     """
 
     key: str
@@ -65,6 +71,8 @@ class ImportSection:
     subject_type: str = ""
     describe: Callable[[dict[str, Any]], tuple[str, dict[str, Any] | None]] | None = None
     audit_event: str = "shop_data_changed"
+    key_field: str = ""
+    record: Callable[[str, bool], dict[str, Any] | None] | None = None
 
 
 @dataclass

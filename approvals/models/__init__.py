@@ -37,6 +37,10 @@ from approvals.models.review import (
     SlackSeenRequest,
     SlackUserLink,
 )
+from approvals.models.shop import (
+    ShopIdempotencyKey,
+    ShopToken,
+)
 
 __all__ = [
     "AWAITING_STATUSES",
@@ -61,6 +65,8 @@ __all__ = [
     "ReviewClaim",
     "ReviewNotice",
     "ReviewNoticeKind",
+    "ShopIdempotencyKey",
+    "ShopToken",
     "SlackReviewMessage",
     "SlackSeenRequest",
     "SlackUserLink",

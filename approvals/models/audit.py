@@ -48,6 +48,9 @@ class AuditEvent(models.TextChoices):
     REVIEWERS_NOTIFIED = "reviewers_notified"
     REVIEW_ESCALATED = "review_escalated"
     LOGIN_PAUSED = "login_paused"
+    SHOP_TOKEN_CREATED = "shop_token_created"
+    SHOP_TOKEN_REVOKED = "shop_token_revoked"
+    SHOP_API_CALL = "shop_api_call"
 
 
 class CurrentTransactionId(models.Func):

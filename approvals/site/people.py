@@ -10,6 +10,7 @@ from rest_framework import serializers
 from approvals.core.arguments import StrictCharField, StrictSerializer, UsernameField
 from approvals.core.digests import sha256_hex
 from approvals.core.registry import registry
+from approvals.site.shop_import import ShopRecordRefused
 
 
 def staff_group_names() -> list[str]:
@@ -79,3 +80,26 @@ def person_describe(data: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
         "has_usable_password": user.has_usable_password(),
         "_password": sha256_hex(user.password),
     }
+
+
+def customer_version(user: Any) -> str:
+    """A customer's version for the shop data API: a digest of what its record stores (username, email
+    and the password's hash), so that any change, by the API, the import or the admin, gives a new one."""
+    return sha256_hex(f"{user.get_username()}\n{user.email}\n{user.password}")[:16]
+
+
+def customer_record(username: str, lock: bool) -> dict[str, Any] | None:
+    """The customer as stored, in the import's item format (never the password), with its version; a
+    staff member's username is refused: staff are kept by the import (their groups), not by the API."""
+    users = get_user_model().objects.all()
+    if lock:
+        users = users.select_for_update()
+    user = users.filter(username=username).first()
+    if user is None:
+        return None
+    if user.is_staff or user.is_superuser:
+        raise ShopRecordRefused(
+            f"{username!r} is a staff member's username: staff are kept by import_shop_data, not this API.",
+            code="staff_account",
+        )
+    return {"username": user.get_username(), "email": user.email, "version": customer_version(user)}

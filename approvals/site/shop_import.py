@@ -7,6 +7,7 @@ from typing import Any
 
 from django.db import transaction
 
+from approvals.core.errors import ApplicationError
 from approvals.core.registry import ImportSection, registry
 from approvals.core.services import audit_record
 from approvals.core.strict_json import StrictJSONError, strict_json_loads
@@ -17,6 +18,13 @@ class ShopDataInvalid(Exception):
     def __init__(self, problems: list[str]) -> None:
         super().__init__("\n".join(problems))
         self.problems = problems
+
+
+class ShopRecordRefused(ApplicationError):
+    """A section's `record` hook will not serve this item through the shop data API (a username that
+    is a staff member's: staff are kept by the import only)."""
+
+    code = "record_not_served"
 
 
 def _flatten(errors: Any, path: str) -> list[str]:
@@ -100,7 +108,16 @@ def _changed_fields(before: dict[str, Any] | None, after: dict[str, Any] | None)
     return sorted(k.lstrip("_") for k in set(before) | set(after) if before.get(k) != after.get(k))
 
 
-def _write_audited(section: ImportSection, item: dict[str, Any], *, operator: str) -> str:
+def shop_item_write(
+    section: ImportSection,
+    item: dict[str, Any],
+    *,
+    operator: str,
+    source: str = "import_shop_data",
+    facts: dict[str, Any] | None = None,
+) -> str:
+    """Write one validated item through its section, auditing a change with its before/after summary,
+    the operator and the source (the import, or the shop data API with its token's `facts`)."""
     if section.describe is None:
         return section.write(dict(item))
     _, before = section.describe(item)
@@ -113,8 +130,9 @@ def _write_audited(section: ImportSection, item: dict[str, Any], *, operator: st
         subject_type=section.subject_type,
         subject_id=subject_id,
         result={
-            "source": "import_shop_data",
+            "source": source,
             "operator": operator,
+            **(facts or {}),
             "section": section.key,
             "outcome": outcome,
             "changed": _changed_fields(before, after),
@@ -136,5 +154,5 @@ def shop_data_import(text: str, *, operator: str) -> dict[str, Counter[str]]:
     summary: dict[str, Counter[str]] = {}
     with transaction.atomic():
         for section, items in validated:
-            summary[section.key] = Counter(_write_audited(section, item, operator=operator) for item in items)
+            summary[section.key] = Counter(shop_item_write(section, item, operator=operator) for item in items)
     return summary

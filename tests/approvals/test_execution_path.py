@@ -50,9 +50,10 @@ def test_the_order_and_the_approvals_are_read_once_per_locked_step(
 
 @pytest.mark.postgres
 def test_an_execution_takes_at_most_twenty_statements(alice, o12, alice_agent, django_capture_on_commit_callbacks):
-    """Three transactions (check and reserve, the gateway's insert and read, record); each audit append is
-    one call. The local gateway inserts with the ORM's ON CONFLICT DO NOTHING, which does not say whether
-    the row went in, so it reads the row stored under the key (the twentieth statement).
+    """Three transactions (check and reserve, the provider's remainder and the gateway's insert and read,
+    record); each audit append is one call. The local gateway's remainder is one read of its own refunds,
+    and it inserts with the ORM's ON CONFLICT DO NOTHING, which does not say whether the row went in, so it
+    reads the row stored under the key.
     Each locked step reads the execution with its preview in one statement; an attempt that starts leaves
     the approved preview's row alone (its status does not change); a session without a webhook URL is not
     asked for it after the commit. A recording that fails rolls the step back and keeps the effect on the

@@ -25,6 +25,13 @@ Faults the tests can queue, each consumed by the next `POST /v1/refunds` (in the
 `fail_lookups(status)` answers every `GET /v1/refunds` (the executor's lookup) with that 5xx until
 `fail_lookups(None)`.
 
+Charges (https://docs.stripe.com/api/charges/list): `GET /v1/charges?payment_intent=…` lists the payment
+intent's charges, newest first and paged like refunds: the succeeded one carries the intent's `amount`,
+`amount_captured` and `amount_refunded` (what its live refunds take); `add_failed_charge(pi)` adds a
+declined attempt (nothing captured). `fail_charge_reads(n, status=503)` answers the next `n` charge
+reads with that status (`n=None`: every one until `fail_charge_reads(0)`); `refuse_charge_reads(status)`
+answers every one with a 4xx such as 401 until `refuse_charge_reads(None)`.
+
 `refunds` holds the refunds actually created, `requests` every request received.
 
 Refund lifecycle and events (https://docs.stripe.com/api/events, https://docs.stripe.com/webhooks):
@@ -79,6 +86,25 @@ class PaymentIntent:
     currency: str
     refunded: int = 0
     charge: str = field(default_factory=lambda: "ch_" + secrets.token_hex(12))
+    created: int = field(default_factory=lambda: int(time.time()))
+    failed_charges: list[dict[str, Any]] = field(default_factory=list)
+
+    def charges(self) -> list[dict[str, Any]]:
+        """Every charge of the intent, newest first (the declined attempts added after it list first)."""
+        succeeded = {
+            "id": self.charge,
+            "object": "charge",
+            "amount": self.amount,
+            "amount_captured": self.amount,
+            "amount_refunded": self.refunded,
+            "captured": True,
+            "created": self.created,
+            "currency": self.currency,
+            "payment_intent": self.id,
+            "refunded": self.refunded >= self.amount,
+            "status": "succeeded",
+        }
+        return [*self.failed_charges[::-1], succeeded]
 
     @property
     def unrefunded(self) -> int:
@@ -133,6 +159,9 @@ class FakeStripe:
         self.refund_status = "succeeded"
         self.lookup_failure: int | None = None
         self.page_size: int | None = None
+        self.charge_read_failures: int | None = 0  # how many charge reads fail next (None: all of them)
+        self.charge_read_status = 503
+        self.charge_read_refusal: int | None = None
         self.events: list[dict[str, Any]] = []
         self._saved: dict[str, Saved] = {}
         self._faults: collections.deque[Fault] = collections.deque()
@@ -200,6 +229,35 @@ class FakeStripe:
 
     def fail_lookups(self, status: int | None = 503) -> None:
         self.lookup_failure = status
+
+    def add_failed_charge(self, payment_intent: str) -> dict[str, Any]:
+        """A declined attempt at paying the intent: it lists among its charges, nothing captured."""
+        with self._lock:
+            intent = self.payment_intents[payment_intent]
+            charge = {
+                "id": "ch_" + secrets.token_hex(12),
+                "object": "charge",
+                "amount": intent.amount,
+                "amount_captured": 0,
+                "amount_refunded": 0,
+                "captured": False,
+                "created": int(time.time()),
+                "currency": intent.currency,
+                "payment_intent": intent.id,
+                "refunded": False,
+                "status": "failed",
+            }
+            intent.failed_charges.append(charge)
+            return charge
+
+    def fail_charge_reads(self, n: int | None = 1, *, status: int = 503) -> None:
+        self.charge_read_failures, self.charge_read_status = n, status
+
+    def refuse_charge_reads(self, status: int | None = 401) -> None:
+        self.charge_read_refusal = status
+
+    def charge_reads(self) -> list[RecordedRequest]:
+        return [r for r in self.requests if (r.method, r.path) == ("GET", "/v1/charges")]
 
     def _queue(self, n: int, fault: Fault) -> None:
         with self._lock:
@@ -329,6 +387,8 @@ class FakeStripe:
             return (*_server_error(self.lookup_failure), 0.0, False)
         if path == "/v1/refunds" and method == "GET":
             return (*self._list_refunds(params), 0.0, False)
+        if path == "/v1/charges" and method == "GET":
+            return (*self._list_charges(params), 0.0, False)
         if path.startswith("/v1/refunds/") and method == "GET":
             refund_id = path.removeprefix("/v1/refunds/")
             for refund in self.refunds:
@@ -341,9 +401,25 @@ class FakeStripe:
             )
         return (*_error(404, "invalid_request_error", f"Unrecognized request URL ({method}: {path})."), 0.0, False)
 
+    def _list_charges(self, params: dict[str, str]) -> tuple[int, dict]:
+        if self.charge_read_refusal:
+            return _error(self.charge_read_refusal, "invalid_request_error", "Invalid API Key provided.")
+        if self.charge_read_failures is None or self.charge_read_failures > 0:
+            if self.charge_read_failures is not None:
+                self.charge_read_failures -= 1
+            return _server_error(self.charge_read_status)
+        intents = [
+            intent for intent in self.payment_intents.values() if params.get("payment_intent") in (None, intent.id)
+        ]
+        found = [charge for intent in intents for charge in intent.charges()]
+        return self._page(found, params, "/v1/charges", "charge")
+
     def _list_refunds(self, params: dict[str, str]) -> tuple[int, dict]:
         """Newest first, `limit` (1-100, default 10) per page from after `starting_after`."""
         found = [r for r in self.refunds if params.get("payment_intent") in (None, r["payment_intent"])][::-1]
+        return self._page(found, params, "/v1/refunds", "refund")
+
+    def _page(self, found: list[dict[str, Any]], params: dict[str, str], url: str, name: str) -> tuple[int, dict]:
         limit = int(params.get("limit") or 10)
         if not 1 <= limit <= 100:
             return _error(400, "invalid_request_error", "Invalid integer: limit", "parameter_invalid_integer", "limit")
@@ -354,10 +430,10 @@ class FakeStripe:
             ids = [r["id"] for r in found]
             if after not in ids:
                 return _error(
-                    404, "invalid_request_error", f"No such refund: '{after}'", "resource_missing", "starting_after"
+                    404, "invalid_request_error", f"No such {name}: '{after}'", "resource_missing", "starting_after"
                 )
             found = found[ids.index(after) + 1 :]
-        return 200, {"object": "list", "url": "/v1/refunds", "has_more": len(found) > limit, "data": found[:limit]}
+        return 200, {"object": "list", "url": url, "has_more": len(found) > limit, "data": found[:limit]}
 
     def _create_refund(self, key: str | None, params: dict[str, str]) -> tuple[int, dict, float, bool]:
         fault = self._faults[0] if self._faults else None

@@ -118,7 +118,10 @@ def test_a_confirmed_refund_is_paid_through_stripe_with_the_preview_key(
     preview = confirm_and_run(preview, alice, django_capture_on_commit_callbacks)
 
     refund = assert_one_refund_paid(fake_stripe, preview, o12)
-    [request] = fake_stripe.requests
+    # What remains refundable is read first (the payment intent's charges), then the refund is asked for.
+    assert [(r.method, r.path) for r in fake_stripe.requests] == [("GET", "/v1/charges"), ("POST", "/v1/refunds")]
+    assert fake_stripe.requests[0].params == {"payment_intent": PI, "limit": "100"}
+    [request] = fake_stripe.refund_requests()
     assert (request.method, request.path, request.status, request.replayed) == ("POST", "/v1/refunds", 200, False)
     assert request.headers["idempotency-key"] == f"refund:{preview.pk}"
     assert request.headers["authorization"] == f"Bearer {STRIPE_TEST_KEY}"
@@ -146,7 +149,7 @@ def test_a_time_out_after_stripe_recorded_the_refund_is_looked_up_and_recorded_w
     refund = assert_one_refund_paid(fake_stripe, preview, o12)
     [first] = fake_stripe.refund_requests()  # the retry looked, and found: no second POST
     assert first.idempotency_key == f"refund:{preview.pk}" and first.body == refund
-    [lookup] = [r for r in fake_stripe.requests if r.method == "GET"]
+    [lookup] = [r for r in fake_stripe.requests if (r.method, r.path) == ("GET", "/v1/refunds")]
     assert lookup.params["payment_intent"] == PI
     assert Refund.objects.count() == 1
     assert events(preview) == [
@@ -205,7 +208,7 @@ def test_a_busy_provider_409_key_in_use_or_429_is_retried_and_pays_once(
         "executed",
     ]
     # A 429 proves Stripe did nothing, so the retry needs no lookup; after a 409 another request may have.
-    lookups = [r for r in fake_stripe.requests if r.method == "GET"]
+    lookups = [r for r in fake_stripe.requests if (r.method, r.path) == ("GET", "/v1/refunds")]
     assert len(lookups) == (1 if fault == "conflict" else 0)
 
 
@@ -221,7 +224,7 @@ def test_a_provider_that_keeps_failing_leaves_the_effect_unknown_never_nothing_w
 
     attempts = MAX_EXECUTION_RETRIES + 1
     assert [r.status for r in fake_stripe.refund_requests()] == [503] * attempts
-    lookups = [r for r in fake_stripe.requests if r.method == "GET"]
+    lookups = [r for r in fake_stripe.requests if (r.method, r.path) == ("GET", "/v1/refunds")]
     assert [r.params["payment_intent"] for r in lookups] == [PI] * (attempts - 1)
     assert_nothing_paid(fake_stripe, o12)
     assert preview.status == PreviewStatus.NEEDS_ATTENTION
@@ -347,27 +350,31 @@ def test_a_refusal_fails_the_preview_at_once_with_the_providers_reason(
     assert (failed["code"], failed["provider_code"], failed["provider_status"]) == (code, code, 400)
 
 
-def test_a_payment_already_refunded_at_the_provider_is_refused_with_charge_already_refunded(
+def test_a_payment_already_refunded_at_the_provider_is_refused_before_anything_is_asked(
     alice, o12, alice_agent, fake_stripe, django_capture_on_commit_callbacks
 ):
-    """Someone refunded the payment in Stripe's dashboard; our order does not know it yet."""
+    """Someone refunded the payment in Stripe's dashboard; our order does not know it yet. The charge
+    read before the refund says nothing remains, so no refund is asked for (it used to be Stripe's
+    `charge_already_refunded`; tests/refunds/test_provider_remaining.py has the rest)."""
     fake_stripe.add_payment_intent(PI, amount=1000, currency="eur", refunded=1000)
     preview = confirm_and_run(make_preview(alice_agent), alice, django_capture_on_commit_callbacks)
 
-    assert len(fake_stripe.refund_requests()) == 1
+    assert fake_stripe.refund_requests() == []
     assert fake_stripe.refunds_created == 0
     assert Refund.objects.count() == 0
-    assert (preview.status, preview.failure_code) == (PreviewStatus.FAILED, "charge_already_refunded")
-    assert "has already been refunded" in preview.failure_reason
+    assert (preview.status, preview.failure_code) == (PreviewStatus.FAILED, "provider_remaining_exceeded")
+    assert preview.execution.outcome == "failed_after_check"
+    assert "€0.00 (0) remains refundable on pi_o-12" in preview.failure_reason
     assert events(preview) == ["proposed", "confirmed", "execution_started", "execution_failed"]
 
 
-def test_an_over_refund_is_classified_by_param_not_code_and_fails_the_preview(
-    alice, o12, alice_agent, fake_stripe, django_capture_on_commit_callbacks
-):
-    """8.00 of the 10.00 payment was refunded at the provider; our order still says 10.00 remain."""
+def test_an_over_refund_is_classified_by_param_not_code(fake_stripe):
+    """8.00 of the 10.00 payment was refunded at the provider. The executor reads that first and asks
+    for nothing; should a refund race past the read, Stripe's refusal still fails it for good."""
     fake_stripe.add_payment_intent(PI, amount=1000, currency="eur", refunded=800)
-    preview = confirm_and_run(make_preview(alice_agent, amount_minor=500), alice, django_capture_on_commit_callbacks)
+
+    with pytest.raises(GatewayDeclined) as declined:
+        gateway(fake_stripe).refund(payment_ref=PI, amount_minor=500, currency="EUR", idempotency_key="refund:p9")
 
     [request] = fake_stripe.refund_requests()
     assert request.status == 400
@@ -380,17 +387,11 @@ def test_an_over_refund_is_classified_by_param_not_code_and_fails_the_preview(
     }  # no `code`, as Stripe sends it
     assert fake_stripe.refunds_created == 0
     assert fake_stripe.payment_intents[PI].refunded == 800
-    assert Refund.objects.count() == 0
-    o12.refresh_from_db()
-    assert o12.refunded_minor == 0
-    assert preview.status == PreviewStatus.FAILED
-    assert preview.failure_code == "amount_exceeds_unrefunded"
-    assert preview.failure_reason == (
+    assert declined.value.code == "amount_exceeds_unrefunded"
+    assert declined.value.message == (
         "Stripe refused the refund: Refund amount ($5.00) is greater than unrefunded amount on charge ($2.00)"
     )
-    assert events(preview) == ["proposed", "confirmed", "execution_started", "execution_failed"]
-    [failed] = audit(preview, "execution_failed")
-    assert (failed["provider_param"], failed["provider_code"]) == ("amount", "")
+    assert (declined.value.facts["provider_param"], declined.value.facts["provider_code"]) == ("amount", "")
 
 
 def test_a_refund_in_another_currency_needs_attention_with_the_refund_and_no_ledger_row(
@@ -437,7 +438,8 @@ def test_rejected_credentials_fail_at_once_and_staff_may_retry_after_the_fix(
     settings.STRIPE_API_KEY = "sk_test_revoked"
     preview = confirm_and_run(make_preview(alice_agent), alice, django_capture_on_commit_callbacks)
 
-    assert [r.status for r in fake_stripe.refund_requests()] == [401]
+    assert [r.status for r in fake_stripe.charge_reads()] == [401]  # read first: nothing was asked
+    assert fake_stripe.refund_requests() == []
     assert_nothing_paid(fake_stripe, o12)
     assert (preview.status, preview.failure_code) == (PreviewStatus.NEEDS_ATTENTION, "gateway_unavailable")
     assert "STRIPE_API_KEY" in preview.failure_reason
