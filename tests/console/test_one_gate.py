@@ -5,13 +5,22 @@ limits, a quorum counting someone who may no longer approve, and four eyes bypas
 re-proposal.
 """
 
+from datetime import timedelta
+
 import pytest
 from django.contrib.auth.models import Permission
+from django.utils import timezone
 
 from approvals.console.review_work import preview_claim, preview_release
 from approvals.core.counter import preview_counter_propose
 from approvals.core.errors import DecisionError
-from approvals.core.services import preview_approve, preview_execute
+from approvals.core.services import (
+    executions_dispatch_stalled,
+    preview_approve,
+    preview_decline,
+    preview_execute,
+    previews_expire_stale,
+)
 from approvals.models import (
     Approval,
     ApprovalRole,
@@ -273,3 +282,40 @@ def test_a_staff_member_without_the_review_permission_cannot_re_propose(bank_fai
     outcome = refund_propose_again(refund_pk=bank_failed_refund.pk, staff=clerk)
     assert outcome.kind == "refused" and outcome.refusal.code == "not_a_reviewer"
     assert Preview.objects.filter(origin=PreviewOrigin.STAFF_REPROPOSAL).count() == 0
+
+
+@pytest.mark.parametrize("ending", ["rejected", "expired"])
+def test_a_preview_sent_back_to_staff_that_ends_ends_its_execution_too(
+    two_of_two, large_order, reviewer, second_reviewer, ending, django_capture_on_commit_callbacks
+):
+    preview = confirmed(proposed(large_order.customer, large_order.number, 25000))
+    staff_approve(preview, reviewer)
+    with django_capture_on_commit_callbacks(execute=False):
+        staff_approve(preview, second_reviewer)
+    reviewer.groups.clear()
+    preview_execute(preview_id=preview.pk)  # back to staff: rita's approval lapsed
+    preview.refresh_from_db()
+    assert Execution.objects.get(pk=preview.pk).outcome == ExecutionOutcome.AWAITING_APPROVAL
+
+    if ending == "rejected":
+        preview_decline(
+            preview_id=preview.pk,
+            person=make_reviewer("tom"),
+            role=ApprovalRole.STAFF,
+            digest=preview.digest,
+            note="No",
+        )
+        status = PreviewStatus.REJECTED
+    else:
+        Preview.objects.filter(pk=preview.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+        assert previews_expire_stale() == 1
+        status = PreviewStatus.EXPIRED
+
+    preview.refresh_from_db()
+    execution = Execution.objects.get(pk=preview.pk)
+    assert preview.status == status and preview.failure_code == ending
+    assert (execution.outcome, execution.code) == (ExecutionOutcome.REFUSED_BEFORE_EFFECT, ending)
+    assert AuditRecord.objects.filter(preview=preview, event=ending).count() == 1
+    # Nothing dispatches it again, and nothing was paid.
+    assert executions_dispatch_stalled(older_than_seconds=0) == 0
+    assert not Refund.objects.exists()

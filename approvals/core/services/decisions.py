@@ -21,7 +21,7 @@ from approvals.core.locks import preview_lock, previews_lock, subject_lock
 from approvals.core.registry import registry
 from approvals.core.rows import insert_rows, update_fields
 from approvals.core.services.audit import audit_decision_refused, audit_record, audited_transaction
-from approvals.core.services.execution import execution_enqueue, execution_open
+from approvals.core.services.execution.opening import execution_end_waiting, execution_enqueue, execution_open
 from approvals.core.services.previews import approvals_of, preview_mark, status_awaiting
 from approvals.core.services.rights import staff_approvals_standing, staff_right_error
 from approvals.core.transitions import preview_transitioned
@@ -41,12 +41,9 @@ def preview_expire_if_due(preview: Preview, *, now: Any = None) -> bool:
     """Expire a preview still waiting for approval past its expiry. Call within a transaction."""
     now = now or timezone.now()
     if preview.status in AWAITING_STATUSES and preview.expires_at <= now:
-        preview_mark(
-            preview,
-            PreviewStatus.EXPIRED,
-            code=ErrorCode.EXPIRED,
-            reason="The preview expired before it was approved.",
-        )
+        reason = "The preview expired before it was approved."
+        if not execution_end_waiting(preview, code=ErrorCode.EXPIRED, reason=reason):
+            preview_mark(preview, PreviewStatus.EXPIRED, code=ErrorCode.EXPIRED, reason=reason)
         audit_record(event=AuditEvent.EXPIRED, preview=preview, result={"expires_at": preview.expires_at.isoformat()})
         return True
     return False
@@ -155,7 +152,8 @@ def _preview_say_no(
         preview_mark(preview, PreviewStatus.DECLINED, code=ErrorCode.DECLINED, reason=reason)
         event = AuditEvent.DECLINED
     else:
-        preview_mark(preview, PreviewStatus.REJECTED, code=ErrorCode.REJECTED, reason=note)
+        if not execution_end_waiting(preview, code=ErrorCode.REJECTED, reason=note):
+            preview_mark(preview, PreviewStatus.REJECTED, code=ErrorCode.REJECTED, reason=note)
         event = AuditEvent.REJECTED
     audit_record(event=event, preview=preview, actor=person, result={"note": note, "digest": digest, **channel})
     metrics.decision(preview, role=role, decision=event)

@@ -10,6 +10,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from approvals.core.errors import ErrorCode
 from approvals.core.locks import (
     execution_row_lock,
 )
@@ -46,6 +47,19 @@ def execution_open(preview: Preview) -> None:
     preview.failure_code, preview.failure_reason = "", ""  # the lapse it waited after is mended
     update_fields(preview, ["failure_code", "failure_reason"])
     execution_transition(execution, preview, Outcome.PENDING, token=None, facts={"approved_again": True})
+
+
+def execution_end_waiting(preview: Preview, *, code: str, reason: str) -> bool:
+    """End the execution of a preview that waits for an approval again (one lapsed) because the preview
+    itself ends (rejected, expired): nothing was done, and it never starts. False when there is none;
+    only a preview sent back by the gate (`approval_lapsed`) has one, so no other preview is read."""
+    if preview.failure_code != ErrorCode.APPROVAL_LAPSED:
+        return False
+    execution = execution_row_lock(preview)
+    if execution is None or execution.outcome != Outcome.AWAITING_APPROVAL:
+        return False
+    execution_transition(execution, preview, Outcome.REFUSED_BEFORE_EFFECT, token=None, code=code, detail=reason)
+    return True
 
 
 def execution_dispatch(preview_id: Any) -> bool:

@@ -101,6 +101,13 @@ class FencedOff(ApplicationError):
 SUPERSEDING_CODES = frozenset({ErrorCode.SUBJECT_CHANGED, ErrorCode.AGENT_SESSION_REVOKED})
 
 
+# An execution waiting for an approval again ends with its preview: rejected by staff, or expired.
+ENDED_BY_PEOPLE_OR_TIME: dict[str, PreviewStatus] = {
+    ErrorCode.REJECTED: PreviewStatus.REJECTED,
+    ErrorCode.EXPIRED: PreviewStatus.EXPIRED,
+}
+
+
 # The engine's own failure that a staff retry may mend: the provider was unavailable on every attempt.
 ENGINE_RETRYABLE_CODES = frozenset({"retries_exhausted"})
 
@@ -126,6 +133,8 @@ def preview_status_for(outcome: str, code: str = "", action_name: str = "") -> P
     if outcome == Outcome.REFUSED_BEFORE_EFFECT:
         if code in SUPERSEDING_CODES:
             return PreviewStatus.SUPERSEDED
+        if code in ENDED_BY_PEOPLE_OR_TIME:
+            return ENDED_BY_PEOPLE_OR_TIME[code]
         retryable = is_retryable_refusal(outcome, code, action_name)
         return PreviewStatus.NEEDS_ATTENTION if retryable else PreviewStatus.FAILED
     if outcome == Outcome.FAILED_AFTER_CHECK:
