@@ -858,3 +858,12 @@ def test_a_preview_id_that_is_not_a_uuid_gets_the_json_404(alice_agent):
     response = alice_agent.get("/api/agent/previews/not-a-uuid")
     assert response.status_code == 404
     assert response.json() == {"ok": False, "executed": False, "error": {"code": "not_found", "message": "Not found."}}
+
+
+def test_the_audit_keeps_an_object_arguments_text_as_received(alice_agent, o12):
+    sent = '{"name": "refund_order", "arguments": {"order_id":"o-12",   "reason":"damaged","amount_minor":500}}'
+    response = alice_agent.generic("POST", TOOL_CALLS, sent, content_type="application/json")
+
+    assert response.status_code == 201, response.json()
+    record = proposal_records().get(event="proposed")
+    assert record.raw_arguments == '{"order_id":"o-12",   "reason":"damaged","amount_minor":500}'

@@ -45,6 +45,7 @@ from approvals.core.errors import ApplicationError, ErrorCode
 from approvals.core.presentation import preview_envelope
 from approvals.core.registry import registry
 from approvals.core.services import agent_session_create, preview_refresh, proposal_audit_rejected
+from approvals.core.strict_json import member_text
 from approvals.models import AgentSession, AuditEvent, Preview, RejectedCallKind
 
 # What the schema says beyond the serializers: headers, path parameters, and each answer's meaning.
@@ -180,13 +181,18 @@ class ToolCallView(AgentAPIView):
             return answer_response(
                 envelope_invalid(session=request_agent_session(request), data=data, errors=envelope.errors)
             )
+        arguments = envelope.validated_data["arguments"]
         answer = tool_call(
             session=request_agent_session(request),
             tool_name=envelope.validated_data["name"],
-            arguments=envelope.validated_data["arguments"],
+            arguments=arguments,
             call_id=envelope.validated_data.get("call_id"),
             idempotency_key=request.headers.get("Idempotency-Key"),
             base_url=self.base_url(),
+            # An object's text as it stands in the body (a string is kept as received anyway).
+            raw_arguments=None
+            if isinstance(arguments, str)
+            else member_text(getattr(request, "raw_body_text", ""), "arguments"),
         )
         return answer_response(answer)
 
