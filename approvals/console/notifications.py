@@ -43,43 +43,29 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.core.mail import EmailMessage, get_connection
 from django.db import transaction
 from django.db.models import Q
-from django.urls import reverse
 from django.utils import timezone
 
+from approvals.console.review_messages import (
+    customer_url,
+    digest_items,
+    escalation_emails,
+    reviewer_emails,
+    webhook_body,
+)
 from approvals.core.digests import sha256_hex
-from approvals.core.money import format_minor
 from approvals.core.registry import registry
 from approvals.core.services import audit_record
 from approvals.core.transitions import on_preview_transition
-from approvals.core.words import slack_escaped
 from approvals.models import AuditEvent, Preview, PreviewStatus, ReviewNotice, ReviewNoticeKind
 from approvals.operations.publish import NOTIFY_REVIEWERS, task_publish_later
 
 logger = logging.getLogger(__name__)
 
 BATCH_SIZE = 1000
-TEXT_LINES = 20  # previews listed one by one in the Slack-compatible text; the rest are counted
-WEBHOOK_TYPES: dict[str, str] = {
-    ReviewNoticeKind.REVIEW_NEEDED: "review.needed",
-    ReviewNoticeKind.OVERDUE: "review.overdue",
-}
-
-
-def absolute(path: str) -> str:
-    return settings.PUBLIC_BASE_URL.rstrip("/") + path
-
-
-def console_url(preview: Preview) -> str:
-    return absolute(reverse("console:preview", kwargs={"preview_id": preview.pk}))
-
-
-def customer_url(preview: Preview) -> str:
-    return absolute(reverse("approvals:preview", kwargs={"preview_id": preview.pk}))
 
 
 def escalation_due_before(now: datetime | None = None) -> datetime | None:
@@ -117,133 +103,6 @@ def notices_record(now: datetime | None = None) -> int:
 
 
 # Step 2: sending ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Item:
-    """One preview in a message, in words and as the webhook's JSON."""
-
-    preview: Preview
-    summary: str
-    url: str
-    flags: list[str]
-
-    def line(self) -> str:
-        """The line of a plain-text email. The summary quotes and names what the customer or the agent
-        chose (approvals.core.words), on one line, so it cannot pass for the gateway's own words."""
-        flags = f" [{'; '.join(self.flags)}]" if self.flags else ""
-        return f"- {self.summary}{flags}: {self.url}"
-
-    def slack_line(self) -> str:
-        """The line of the Slack-compatible `text`: the same, with Slack's mentions and links disarmed."""
-        return slack_escaped(self.line())
-
-    def as_json(self) -> dict[str, Any]:
-        p = self.preview
-        return {
-            "id": str(p.pk),
-            "action": p.action,
-            "summary": self.summary,
-            "amount_minor": p.amount_minor,
-            "currency": p.currency,
-            "amount": format_minor(p.amount_minor, p.currency) if p.amount_minor is not None and p.currency else None,
-            "status": p.status,
-            "waiting_since": p.status_changed_at.isoformat(),
-            "expires_at": p.expires_at.isoformat(),
-            "url": self.url,
-            "risk_flags": self.flags,
-        }
-
-
-def _items(previews: list[Preview]) -> list[Item]:
-    by_action: dict[str, list[Preview]] = defaultdict(list)
-    for preview in previews:
-        by_action[preview.action].append(preview)
-    flags: dict[Any, list[str]] = {}
-    for name, group in by_action.items():
-        action = registry.action(name)
-        if action is not None:
-            for pk, found in action.risk_flags_many(group).items():
-                flags[pk] = [flag.text for flag in found]
-    items = []
-    for preview in previews:
-        action = registry.action(preview.action)
-        summary = action.review_summary(preview) if action else f"{preview.action} on {preview.subject_id}"
-        items.append(Item(preview, summary, console_url(preview), flags.get(preview.pk, [])))
-    return items
-
-
-def reviewers(action_name: str) -> Any:
-    """The active staff who may decide this kind of action (the deciding group's members, and anyone
-    holding the permission directly)."""
-    action = registry.action(action_name)
-    permission = action.review_permission if action else "approvals.review_preview"
-    app_label, codename = permission.split(".", 1)
-    holds = Q(groups__permissions__codename=codename, groups__permissions__content_type__app_label=app_label) | Q(
-        user_permissions__codename=codename, user_permissions__content_type__app_label=app_label
-    )
-    people = get_user_model().objects.filter(is_active=True, is_staff=True)
-    return people.filter(holds | Q(is_superuser=True)).distinct().order_by("username")
-
-
-def reviewers_of(action_name: str) -> list[Any]:
-    """Those of them with an email address."""
-    return list(reviewers(action_name).exclude(email=""))
-
-
-def _heading(kind: str, count: int) -> str:
-    noun = "preview waits" if count == 1 else "previews wait"
-    if kind == ReviewNoticeKind.OVERDUE:
-        hours = settings.REVIEW_ESCALATE_AFTER_SECONDS / 3600
-        return f"Overdue: {count} {noun} for staff review for more than {hours:g} hours"
-    return f"{count} {noun} for staff review"
-
-
-def _email(subject: str, items: list[Item], to: list[str], intro: str) -> EmailMessage:
-    body = "\n".join(
-        [intro, "", *[item.line() for item in items], "", f"The review queue: {absolute(reverse('console:queue'))}"]
-    )
-    return EmailMessage(subject=subject, body=body, from_email=settings.DEFAULT_FROM_EMAIL, to=to)
-
-
-def _reviewer_emails(items: list[Item]) -> list[EmailMessage]:
-    per_person: dict[Any, tuple[Any, list[Item]]] = {}
-    for name in sorted({item.preview.action for item in items}):
-        for person in reviewers_of(name):
-            mine = [i for i in items if i.preview.action == name and i.preview.actor_id != person.pk]
-            if mine:
-                per_person.setdefault(person.pk, (person, []))[1].extend(mine)
-    return [
-        _email(
-            f"[{settings.SHOP_NAME}] {_heading(ReviewNoticeKind.REVIEW_NEEDED, len(mine))}",
-            mine,
-            [person.email],
-            f"Hello {person.get_username()}, these wait for a staff decision. Each link opens the exact preview:",
-        )
-        for person, mine in per_person.values()
-    ]
-
-
-def _escalation_emails(items: list[Item]) -> list[EmailMessage]:
-    if not settings.REVIEW_ESCALATE_EMAILS:
-        return []
-    subject = f"[{settings.SHOP_NAME}] {_heading(ReviewNoticeKind.OVERDUE, len(items))}"
-    intro = "Nobody has decided these yet. Each link opens the exact preview:"
-    return [_email(subject, items, list(settings.REVIEW_ESCALATE_EMAILS), intro)]
-
-
-def webhook_body(kind: str, items: list[Item]) -> dict[str, Any]:
-    heading = _heading(kind, len(items))
-    lines = [item.slack_line() for item in items[:TEXT_LINES]]
-    if len(items) > TEXT_LINES:
-        lines.append(f"… and {len(items) - TEXT_LINES} more in the queue: {absolute(reverse('console:queue'))}")
-    return {
-        "type": WEBHOOK_TYPES[kind],
-        "count": len(items),
-        "queue_url": absolute(reverse("console:queue")),
-        "previews": [item.as_json() for item in items],
-        "text": heading + ":\n" + "\n".join(lines),
-    }
 
 
 def webhook_send(url: str, *, message_id: str, body: dict[str, Any]) -> int:
@@ -335,8 +194,8 @@ def _send_kind(
     hooked: set[Any] = set()
     to_email = [n for n in notices if n.emailed_at is None]
     if to_email:
-        items = _items([n.preview for n in to_email])
-        messages = _reviewer_emails(items) if kind == ReviewNoticeKind.REVIEW_NEEDED else _escalation_emails(items)
+        items = digest_items([n.preview for n in to_email])
+        messages = reviewer_emails(items) if kind == ReviewNoticeKind.REVIEW_NEEDED else escalation_emails(items)
         try:
             if messages:
                 with get_connection() as connection:
@@ -358,7 +217,7 @@ def _send_kind(
             delivered = False
             errors.append("webhooks: REVIEW_NOTIFY_SECRET is not set; nothing is sent unsigned")
         elif urls:
-            body = webhook_body(kind, _items([n.preview for n in to_hook]))
+            body = webhook_body(kind, digest_items([n.preview for n in to_hook]))
             message_id = "msg_" + sha256_hex(kind + ":" + ",".join(str(n.pk) for n in to_hook))[:32]
             for url in urls:
                 try:

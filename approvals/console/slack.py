@@ -41,7 +41,7 @@ from prometheus_client import Counter
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
-from approvals.console.notifications import Item, absolute, console_url
+from approvals.console.review_messages import Item, absolute, console_url
 from approvals.console.selectors import queue_rows
 from approvals.core.errors import DecisionError, ErrorCode
 from approvals.core.money import format_minor

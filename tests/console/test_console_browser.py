@@ -48,7 +48,7 @@ def test_a_reviewer_approves_a_refund_in_the_console(live_server, alice, setting
         expect(verified).to_contain_text("Remaining refundable€500.00")
         expect(verified.get_by_role("row", name=re.compile("Amount is within what remains"))).to_contain_text("Passes")
         unverified = page.get_by_role("region", name=re.compile("Unverified"))
-        expect(unverified).to_contain_text('"amount_minor": 12000')
+        expect(unverified).to_contain_text('"amount_minor":12000')  # the arguments' text as the client sent it
         expect(page.get_by_role("status")).to_contain_text("Waiting for staff review")
         page.screenshot(path=str(ARTIFACTS / "console-detail.png"), full_page=True)
 

@@ -11,7 +11,7 @@ from django.db import connection
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from approvals.console.notifications import reviewers
+from approvals.console.review_messages import reviewers
 from approvals.console.selectors.access import is_auditor, reviewable_actions
 from approvals.models import (
     AgentSession,
