@@ -38,7 +38,7 @@ def test_every_step_is_audited_with_its_actor_and_session(
     confirmed = AuditRecord.objects.get(event="confirmed")
     assert confirmed.approval_basis == {"role": "customer", "digest": preview.digest, "basis": "", "subject_version": 1}
     refused = AuditRecord.objects.get(event="proposal_refused")
-    assert refused.raw_arguments == '{"board_id": "b-1", "title": "Roadmap"}'
+    assert refused.raw_arguments == '{"board_id":"b-1","title":"Roadmap"}'  # the text as the client sent it
     assert refused.result["error"]["code"] == "title_unchanged"
 
 
