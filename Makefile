@@ -35,13 +35,11 @@ $(AXE):
 
 axe: $(AXE)
 
-# The demo's values, asked for explicitly: the settings themselves never fall back to them. The audit
-# log's signing key is generated once (.audit-signing-key, never printed) and kept, so that the tree heads
-# signed in earlier runs still verify.
-run: export DEMO := 1
-run: export AUDIT_SIGNING_KEY = $(shell cat .audit-signing-key 2>/dev/null)
-run: export AUDIT_CHECKPOINT_FILE ?= .audit-checkpoints.jsonl
-run: $(STAMP) .audit-signing-key
+# The demo's values, asked for explicitly in .demo.env: the settings never fall back to them, and read the
+# file only when the environment gives no SECRET_KEY. Every `manage.py` command run in this checkout then
+# works on the demo as the README prints it, outside `make run` too. The audit log's signing key is generated
+# once (.audit-signing-key, never printed) and kept, so that the tree heads signed in earlier runs still verify.
+run: $(STAMP) .demo.env
 	$(PY) manage.py migrate --noinput
 	@$(PY) manage.py seed_demo > .demo-seed.log || { cat .demo-seed.log; echo "Seeding the demo failed; 'make demo-reset' starts over."; exit 1; }
 	@cat .demo-seed.log
@@ -57,6 +55,10 @@ run: $(STAMP) .audit-signing-key
 
 .audit-signing-key:
 	@umask 077; $(PYTHON) -c "import base64, os; print(base64.b64encode(os.urandom(32)).decode())" > $@
+
+.demo.env: .audit-signing-key
+	@umask 077; printf 'DEMO=1\nAUDIT_SIGNING_KEY=%s\nAUDIT_CHECKPOINT_FILE=%s\n' \
+	  "$$(cat .audit-signing-key)" "$(CURDIR)/.audit-checkpoints.jsonl" > $@
 
 # Start the demo over: a new database, loaded afresh by the next `make run`.
 demo-reset:
