@@ -24,6 +24,8 @@ from approvals.plugin import (
     amount_in_flight_expression,
     amount_of,
     customer_named,
+    decimals_words,
+    example_major,
     format_minor,
     parse_major,
 )
@@ -378,7 +380,10 @@ class RefundOrderAction(Action):
                 name="amount",
                 label=f"Refund amount ({preview.currency})",
                 current=format_minor(*amount_of(preview)),
-                hint="In the order's currency, e.g. 49.90. The same refund rules apply.",
+                hint=(
+                    f"In {preview.currency}, with {decimals_words(preview.currency)}, e.g. "
+                    f"{example_major(preview.currency)}. The same refund rules apply."
+                ),
             )
         ]
 
