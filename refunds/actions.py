@@ -375,14 +375,15 @@ class RefundOrderAction(Action):
         return flags
 
     def counter_fields(self, preview: Preview) -> list[CounterField]:
+        amount, currency = amount_of(preview)
         return [
             CounterField(
                 name="amount",
-                label=f"Refund amount ({preview.currency})",
-                current=format_minor(*amount_of(preview)),
+                label=f"Refund amount ({currency})",
+                current=format_minor(amount, currency),
                 hint=(
-                    f"In {preview.currency}, with {decimals_words(preview.currency)}, e.g. "
-                    f"{example_major(preview.currency)}. The same refund rules apply."
+                    f"In {currency}, with {decimals_words(currency)}, e.g. {example_major(currency)}. "
+                    "The same refund rules apply."
                 ),
             )
         ]
