@@ -173,3 +173,11 @@ def customer_headline(preview: Preview) -> str:
     from approvals.core.presentation import preview_headline
 
     return preview_headline(preview)
+
+
+@register.filter
+def customer_state_title(preview: Preview) -> str:
+    """The preview's state as the customer's own pages name it ("Waiting for your confirmation")."""
+    from approvals.core.presentation import customer_state_words
+
+    return customer_state_words(preview)[0]

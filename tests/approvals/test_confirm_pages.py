@@ -328,3 +328,21 @@ def test_orders_page_needs_login(client):
     response = client.get("/orders/")
     assert response.status_code == 302
     assert response["Location"] == "/accounts/login/?next=/orders/"
+
+
+def test_orders_page_names_open_requests_in_the_customers_words(client, alice, o12, alice_agent, settings):
+    """Issue 37: the customer's /orders/ said "Waiting for the customer", the staff's wording."""
+    settings.STAFF_REVIEW_THRESHOLDS = {"EUR": 100}
+    waiting_for_her = make_preview(alice_agent, amount_minor=200)
+    for_staff = make_preview(alice_agent, amount_minor=300)
+    client.force_login(alice)
+    client.post(f"/previews/{for_staff.pk}/confirm", {"digest": for_staff.digest})
+    assert Preview.objects.get(pk=for_staff.pk).status == PreviewStatus.AWAITING_STAFF
+
+    page = html(client.get("/orders/"))
+
+    items = {text_of(item) for item in re.findall(r"<li>(.*?)</li>", page, re.S)}
+    assert "Refund €2.00 on order o-12 Waiting for your confirmation" in items
+    assert "Refund €3.00 on order o-12 Waiting for staff review" in items
+    assert "Waiting for the customer" not in page
+    assert f'href="/previews/{waiting_for_her.pk}/"' in page
