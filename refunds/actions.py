@@ -363,14 +363,14 @@ class RefundOrderAction(Action):
             found = []
             if preview.actor_id not in refunded_before:
                 found.append(RiskFlag("first_refund", "First refund of this customer"))
-            threshold = staff_review_threshold(amount_of(preview)[1])
-            if threshold is not None and amount_of(preview)[0] > threshold:
+            amount, currency = amount_of(preview)
+            threshold = staff_review_threshold(currency)
+            if threshold is None:  # the row's only reason for staff, often: it must say so, not "none"
                 found.append(
-                    RiskFlag(
-                        "above_threshold",
-                        f"Above the {format_minor(threshold, amount_of(preview)[1])} threshold",
-                    )
+                    RiskFlag("no_threshold", f"No staff threshold for {currency}: every {currency} refund is reviewed")
                 )
+            elif amount > threshold:
+                found.append(RiskFlag("above_threshold", f"Above the {format_minor(threshold, currency)} threshold"))
             flags[preview.pk] = found
         return flags
 
