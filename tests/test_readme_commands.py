@@ -112,6 +112,8 @@ def test_every_readme_command_runs_as_printed_on_the_demo(demo):
     for setup in (f"{PRINTED} migrate --noinput", f"{PRINTED} seed_demo"):
         result = demo(setup)
         assert result.returncode == 0, result.stderr
+    checked = demo(f"{PRINTED} check")
+    assert checked.returncode == 0 and "refunds.W001" not in checked.stdout + checked.stderr, checked.stderr
     proposed = demo(f"{PRINTED} shell -c {shlex.quote(PROPOSE_A_REFUND)}")
     assert proposed.returncode == 0, proposed.stderr
     token, preview = proposed.stdout.split()[-2:]
