@@ -116,10 +116,11 @@ def _decide(
         raise Http404 from missing
     except DecisionError as error:
         preview = preview_refresh(preview=_own_preview(request, preview_id))
-        if preview.status != PreviewStatus.AWAITING_CUSTOMER:
-            # It moved on (expired, out of date): the status box says so and why; a second banner would repeat it.
-            return render(request, "approvals/preview.html", _page_context(preview), status=409)
         words = customer_decision_error(preview, error.code, error.message)
+        if preview.status != PreviewStatus.AWAITING_CUSTOMER:
+            # It moved on (expired, out of date): the status box says so, once; a second banner would repeat it.
+            told = {"state_text": words} if error.code == "expired" else {}
+            return render(request, "approvals/preview.html", _page_context(preview, **told), status=409)
         return render(request, "approvals/preview.html", _page_context(preview, error=words), status=409)
     return redirect("approvals:preview", preview_id=preview_id)
 

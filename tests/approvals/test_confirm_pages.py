@@ -369,6 +369,6 @@ def test_a_late_confirmation_is_told_once(alice_client, o12, alice_agent):
     page = html(response)
     assert 'role="alert"' not in page
     assert page.count("in time; nothing was done") == 1
-    assert "Expired. This request was not approved in time; nothing was done." in status_box(response)
+    assert "Expired. This request was not confirmed in time; nothing was done." in status_box(response)
     assert Preview.objects.get(pk=preview.pk).status == PreviewStatus.EXPIRED
     assert not Refund.objects.exists()
