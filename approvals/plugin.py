@@ -58,8 +58,9 @@ effect (a refund the bank failed afterwards), so the preview's pages and webhook
 same policy, limits, quorum and confirmation as an agent's proposal, with its proposer recorded.
 
 **Helpers.** Money: `format_minor(amount_minor, currency)` for people, `parse_major(text, currency)`
-from a form, `is_known_currency`, `amount_of(preview)` (the amount and currency of a preview that has
-one, typed as present). `digest_of(value)` is the SHA-256 of a value's canonical JSON (what a
+from a form, `example_major(currency)` and `decimals_words(currency)` for its hint (`49.90`, `4990`),
+`is_known_currency`, `amount_of(preview)` (the amount and currency of a preview that has one, typed as
+present). `digest_of(value)` is the SHA-256 of a value's canonical JSON (what a
 preview's digest is made of). Strict argument fields for `Action.arguments_serializer`:
 `StrictSerializer`, `StrictIntegerField`, `StrictCharField`, `StrictChoiceField`, `SubjectIdField`,
 `MAX_SAFE_MINOR`. Words someone else chose, in text a reviewer reads (a summary):
@@ -90,7 +91,7 @@ from approvals.core.errors import (
     PolicyRefusal,
     TransientExecutionError,
 )
-from approvals.core.money import format_minor, is_known_currency, parse_major
+from approvals.core.money import decimals_words, example_major, format_minor, is_known_currency, parse_major
 from approvals.core.registry import (
     Action,
     CounterField,
@@ -190,7 +191,9 @@ __all__ = [
     "amount_of",
     "audit_record",
     "customer_named",
+    "decimals_words",
     "digest_of",
+    "example_major",
     "format_minor",
     "is_known_currency",
     "parse_major",

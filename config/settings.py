@@ -1,10 +1,12 @@
 """Settings, every value from the environment.
 
 The settings fail closed: `DEBUG` is off and there is no `SECRET_KEY` unless the environment gives
-one, or asks for the demo (`DEMO=1`, which `make run` sets) or for `DEBUG=true`. Everything else has a
-safe embedded default: SQLite, Celery in eager mode, mail to the console.
+one, or asks for the demo (`DEMO=1`, which the `.demo.env` that `make run` writes sets) or for
+`DEBUG=true`. Everything else has a safe embedded default: SQLite, Celery in eager mode, mail to the
+console.
 """
 
+import os
 from pathlib import Path
 
 import environ
@@ -14,6 +16,13 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
 
+# `make run` writes the demo's values (DEMO=1, the audit signing key) to this file, so that the README's
+# back-office commands run on the demo as printed. A deployment sets SECRET_KEY, and then the file is not
+# read at all; without either, the settings below still refuse to start.
+DEMO_ENV_FILE = Path(os.environ.get("DEMO_ENV_FILE") or BASE_DIR / ".demo.env")
+if "SECRET_KEY" not in os.environ and DEMO_ENV_FILE.is_file():
+    environ.Env.read_env(DEMO_ENV_FILE)  # the environment's own values win
+
 # The demo's values are used only when asked for: a deployment that forgot its variables must not
 # run with DEBUG's URL listings and a key everyone can read in this file.
 DEMO = env.bool("DEMO", default=False)
@@ -22,7 +31,8 @@ SECRET_KEY = env.str("SECRET_KEY", default="")
 if not SECRET_KEY:
     if not (DEMO or DEBUG):
         raise ImproperlyConfigured(
-            "Set SECRET_KEY (a long random value), or DEMO=1 for the local demo (`make run` does)."
+            "Set SECRET_KEY (a long random value), or DEMO=1 for the local demo "
+            "(`make run` writes it to .demo.env, which every manage.py command then reads)."
         )
     SECRET_KEY = "insecure-embedded-demo-key-change-me"
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]", "testserver"])

@@ -24,6 +24,8 @@ from approvals.plugin import (
     amount_in_flight_expression,
     amount_of,
     customer_named,
+    decimals_words,
+    example_major,
     format_minor,
     parse_major,
 )
@@ -361,24 +363,28 @@ class RefundOrderAction(Action):
             found = []
             if preview.actor_id not in refunded_before:
                 found.append(RiskFlag("first_refund", "First refund of this customer"))
-            threshold = staff_review_threshold(amount_of(preview)[1])
-            if threshold is not None and amount_of(preview)[0] > threshold:
+            amount, currency = amount_of(preview)
+            threshold = staff_review_threshold(currency)
+            if threshold is None:  # the row's only reason for staff, often: it must say so, not "none"
                 found.append(
-                    RiskFlag(
-                        "above_threshold",
-                        f"Above the {format_minor(threshold, amount_of(preview)[1])} threshold",
-                    )
+                    RiskFlag("no_threshold", f"No staff threshold for {currency}: every {currency} refund is reviewed")
                 )
+            elif amount > threshold:
+                found.append(RiskFlag("above_threshold", f"Above the {format_minor(threshold, currency)} threshold"))
             flags[preview.pk] = found
         return flags
 
     def counter_fields(self, preview: Preview) -> list[CounterField]:
+        amount, currency = amount_of(preview)
         return [
             CounterField(
                 name="amount",
-                label=f"Refund amount ({preview.currency})",
-                current=format_minor(*amount_of(preview)),
-                hint="In the order's currency, e.g. 49.90. The same refund rules apply.",
+                label=f"Refund amount ({currency})",
+                current=format_minor(amount, currency),
+                hint=(
+                    f"In {currency}, with {decimals_words(currency)}, e.g. {example_major(currency)}. "
+                    "The same refund rules apply."
+                ),
             )
         ]
 

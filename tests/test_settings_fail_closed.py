@@ -19,7 +19,8 @@ def _python(code, **env_vars):
         for k, v in os.environ.items()
         if k not in ("DEBUG", "DEMO", "SECRET_KEY", "DATABASE_URL", "REQUIRE_POSTGRES")
     }
-    env.update({"DJANGO_SETTINGS_MODULE": "config.settings", **env_vars})
+    # A checkout where `make run` was used holds a .demo.env; these tests ask for the demo themselves.
+    env.update({"DJANGO_SETTINGS_MODULE": "config.settings", "DEMO_ENV_FILE": "/nonexistent/.demo.env", **env_vars})
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
 
 
@@ -62,11 +63,23 @@ def test_the_production_404_lists_no_url_patterns():
     assert result.stdout.split() == ["404", "False", "False"], result.stderr
 
 
-def test_make_run_asks_for_the_demo_explicitly():
+def test_make_run_asks_for_the_demo_explicitly(tmp_path):
     makefile = (ROOT / "Makefile").read_text()
-    assert "run: export DEMO := 1" in makefile
-    dry = subprocess.run(["make", "-n", "-p", "run"], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert "DEMO := 1" in dry.stdout
+    assert "run: $(STAMP) .demo.env" in makefile
+    subprocess.run(["make", "-s", "-C", str(tmp_path), "-f", str(ROOT / "Makefile"), ".demo.env"], check=True)
+    written = dict(line.split("=", 1) for line in (tmp_path / ".demo.env").read_text().splitlines())
+    assert written["DEMO"] == "1"
+    assert written["AUDIT_SIGNING_KEY"] == (tmp_path / ".audit-signing-key").read_text().strip()
+    assert written["AUDIT_CHECKPOINT_FILE"] == str(tmp_path / ".audit-checkpoints.jsonl")
+
+
+def test_the_demo_file_is_read_without_a_key_and_ignored_with_one(tmp_path):
+    demo_file = tmp_path / ".demo.env"
+    demo_file.write_text("DEMO=1\n")
+    result = _python(SHOW, DEMO_ENV_FILE=str(demo_file))
+    assert result.stdout.split() == ["True", "insecure"], result.stderr
+    result = _python(SHOW, DEMO_ENV_FILE=str(demo_file), SECRET_KEY="a-long-random-production-value-" + "x" * 40)
+    assert result.stdout.split() == ["False", "a-long-r"], result.stderr
 
 
 def test_sqlite_waits_for_the_lock_instead_of_failing(settings):

@@ -80,6 +80,21 @@ def how_to_write(currency: str, locale: str) -> str:
     return f"write it with ASCII digits, {decimals}{group} or nothing between thousands, e.g. {written}"
 
 
+def example_major(currency: str, locale: str | None = None) -> str:
+    """An example amount for a form's hint, with exactly the currency's decimals, as `locale` (by default the
+    one amounts are typed in) writes it: EUR `49.90`, JPY `4990`, KWD `49.900`."""
+    exponent = currency_exponent(currency)
+    example = Decimal(4990).scaleb(-min(exponent, 2)).quantize(Decimal(1).scaleb(-exponent))
+    pattern = "0" + ("." + "0" * exponent if exponent else "")
+    return format_decimal(example, format=pattern, locale=known_locale(locale) if locale else input_locale())
+
+
+def decimals_words(currency: str) -> str:
+    """`no decimals`, `2 decimals`, `3 decimals`: how many digits an amount in `currency` has after the point."""
+    exponent = currency_exponent(currency)
+    return "no decimals" if exponent == 0 else f"{exponent} decimal{'s' if exponent > 1 else ''}"
+
+
 def parse_major(text: str, currency: str, locale: str | None = None) -> int:
     """A person's amount in major units as minor units, read by the rules of `locale` (by default the
     locale set with amounts_typed_in): `"49.90"`, `"1,000.50"` in en_US, `"49,90"` in de. Only ASCII

@@ -48,10 +48,13 @@ class DeclineForm(DecisionForm):
 
 
 def deadline_words(preview: Preview) -> str:
-    """`in 9 minutes`, or `passed` once it did."""
+    """`in 9 minutes`, `in less than a minute` (never "in 0 minutes"), or `passed` once it did;
+    static/js/deadline.js says the same as the time goes by."""
     now = timezone.now()
     if preview.expires_at <= now:
         return "the time to confirm has passed"
+    if (preview.expires_at - now).total_seconds() < 60:
+        return "in less than a minute"
     return f"in {timeuntil(preview.expires_at, now, depth=2)}"
 
 
@@ -112,8 +115,12 @@ def _decide(
     except Preview.DoesNotExist as missing:
         raise Http404 from missing
     except DecisionError as error:
-        preview = _own_preview(request, preview_id)
+        preview = preview_refresh(preview=_own_preview(request, preview_id))
         words = customer_decision_error(preview, error.code, error.message)
+        if preview.status != PreviewStatus.AWAITING_CUSTOMER:
+            # It moved on (expired, out of date): the status box says so, once; a second banner would repeat it.
+            told = {"state_text": words} if error.code == "expired" else {}
+            return render(request, "approvals/preview.html", _page_context(preview, **told), status=409)
         return render(request, "approvals/preview.html", _page_context(preview, error=words), status=409)
     return redirect("approvals:preview", preview_id=preview_id)
 

@@ -9,7 +9,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.timesince import timesince, timeuntil
 
-from approvals.models import AWAITING_STATUSES, AuditEvent, Preview, ReviewClaim
+from approvals.models import AWAITING_STATUSES, AuditEvent, ExecutionOutcome, Preview, PreviewStatus, ReviewClaim
 
 register = template.Library()
 
@@ -103,6 +103,21 @@ def _who(record: Any) -> str:
     return person(record.actor)
 
 
+# What a preview waits for right after it was proposed, for the sentence "it waits for …".
+WAITS_FOR: dict[str, str] = {
+    PreviewStatus.AWAITING_CUSTOMER: "the customer's confirmation",
+    PreviewStatus.AWAITING_STAFF: "a staff review",
+    PreviewStatus.APPROVED: "the worker (it was approved at once)",
+}
+
+
+def outcome_words(outcome: str) -> str:
+    try:
+        return ExecutionOutcome(outcome).label
+    except ValueError:
+        return outcome or "unknown"
+
+
 @register.filter
 def record_sentence(record: Any) -> str:
     """One audit record as a sentence a person reads ("rita approved it as staff (1 of 2)…")."""
@@ -115,13 +130,13 @@ def record_sentence(record: Any) -> str:
     if not isinstance(error, dict):
         error = {}
     if event == AuditEvent.PROPOSED:
-        waits = str(result.get("status", "")).replace("_", " ")
+        waits = WAITS_FOR.get(str(result.get("status", "")), "its next step")
         replaced = result.get("replaces_preview") or result.get("counter_proposal_of")
         if result.get("origin") == "staff_reproposal":
-            return f"{who} proposed it again in place of {replaced}, which the bank failed; it waits: {waits}."
+            return f"{who} proposed it again in place of {replaced}, which the bank failed; it waits for {waits}."
         if replaced:
-            return f"{who} made a counter-proposal replacing {replaced}; it waits: {waits}."
-        return f"{who}{agent} proposed it; it waits: {waits}."
+            return f"{who} made a counter-proposal replacing {replaced}; it waits for {waits}."
+        return f"{who}{agent} proposed it; it waits for {waits}."
     if event == AuditEvent.PROPOSAL_REFUSED:
         return f"{who}{agent} proposed something the policy refused: {error.get('message', '')}"
     if event == AuditEvent.PROPOSAL_REPEATED:
@@ -147,6 +162,23 @@ def record_sentence(record: Any) -> str:
         return f"It went out of date: {result.get('reason') or 'what it is about changed'}."
     if event == AuditEvent.EXPIRED:
         return "It expired before it was approved; nothing was done."
+    if event == AuditEvent.EXECUTION_STARTED:
+        how = "took over an expired lease for attempt" if result.get("took_over") else "started attempt"
+        looks = ", looking the effect up first" if result.get("look_up_first") else ""
+        return f"The worker {how} {result.get('attempt', 1)}{looks}."
+    if event == AuditEvent.EXECUTION_ATTEMPT_FAILED:
+        then = "it will try again" if result.get("will_retry") else "it gave up"
+        return f"Attempt {result.get('attempt', '')} failed ({result.get('error', 'no reason given')}); {then}."
+    if event == AuditEvent.EXECUTION_TRANSITION:
+        return f"The execution is now: {outcome_words(str(result.get('outcome', ''))).lower()}."
+    if event == AuditEvent.EXECUTION_FENCED_OFF:
+        return (
+            "A late answer from an attempt that had lost its lease was refused; the current attempt records the effect."
+        )
+    if event == AuditEvent.RETRIED:
+        return f"{who} asked the worker to try again."
+    if event == AuditEvent.STANDING_APPROVAL_USED:
+        return f"A standing approval by {who} for this exact invoice and recipient approved it."
     if event == AuditEvent.EXECUTED:
         return "The worker carried it out and recorded the effect."
     if event == AuditEvent.EXECUTION_FAILED:
@@ -165,7 +197,8 @@ def record_sentence(record: Any) -> str:
         return f"Reviewers were told it waits (by {' and '.join(result.get('channels', []))})."
     if event == AuditEvent.REVIEW_ESCALATED:
         return f"It was escalated as overdue (by {' and '.join(result.get('channels', []))})."
-    return f"{event_words(event)}{' by ' + who if record.actor_id else ''}."
+    # The heading already names the event: the sentence says who, not the event's name again.
+    return f"Recorded by {who if record.actor_id else 'the system'}."
 
 
 @register.filter
@@ -173,3 +206,11 @@ def customer_headline(preview: Preview) -> str:
     from approvals.core.presentation import preview_headline
 
     return preview_headline(preview)
+
+
+@register.filter
+def customer_state_title(preview: Preview) -> str:
+    """The preview's state as the customer's own pages name it ("Waiting for your confirmation")."""
+    from approvals.core.presentation import customer_state_words
+
+    return customer_state_words(preview)[0]

@@ -2,9 +2,14 @@
 // its note, c opens the counter-proposal form. Nothing is decided without a second, deliberate key.
 (function () {
   "use strict";
+  // Keys that write text go to the field; a ticked checkbox or a pressed button keeps the focus but takes
+  // no letters, so the shortcuts still work after a mouse click on one.
+  var UNTYPED_INPUTS = ["checkbox", "radio", "button", "submit", "reset", "image"];
   function typing(event) {
-    var tag = event.target && event.target.tagName;
-    return tag === "INPUT" || tag === "TEXTAREA" || tag === "SELECT" || (event.target && event.target.isContentEditable);
+    var target = event.target;
+    var tag = target && target.tagName;
+    if (tag === "INPUT") { return UNTYPED_INPUTS.indexOf((target.type || "text").toLowerCase()) === -1; }
+    return tag === "TEXTAREA" || tag === "SELECT" || Boolean(target && target.isContentEditable);
   }
   function open(selector, focusSelector) {
     var details = document.querySelector(selector);
@@ -27,7 +32,7 @@
     } else if (event.key === "r") {
       if (open(".reject-details", "textarea")) { event.preventDefault(); }
     } else if (event.key === "c") {
-      if (open(".counter-details", "input, select")) { event.preventDefault(); }
+      if (open(".counter-details", ".field input:not([type=hidden]), .field select, .field textarea")) { event.preventDefault(); }
     }
   });
 })();

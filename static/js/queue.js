@@ -2,10 +2,14 @@
 // a and r approve or reject the ticked rows (or the current one) through the confirmation page.
 (function () {
   "use strict";
+  // Keys that write text go to the field; a ticked checkbox or a pressed button keeps the focus but takes
+  // no letters, so the shortcuts still work after a mouse click on one.
+  var UNTYPED_INPUTS = ["checkbox", "radio", "button", "submit", "reset", "image"];
   function typing(event) {
     var target = event.target;
     var tag = target && target.tagName;
-    return tag === "INPUT" || tag === "TEXTAREA" || tag === "SELECT" || (target && target.isContentEditable);
+    if (tag === "INPUT") { return UNTYPED_INPUTS.indexOf((target.type || "text").toLowerCase()) === -1; }
+    return tag === "TEXTAREA" || tag === "SELECT" || Boolean(target && target.isContentEditable);
   }
   function init() {
     var form = document.getElementById("bulk-form");

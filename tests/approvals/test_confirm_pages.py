@@ -79,7 +79,7 @@ def test_the_page_shows_the_exact_preview_and_both_forms(alice_client, o12, alic
     assert re.search(r"<dt>Reason</dt><dd>Arrived damaged</dd>", page)
     # The deadline in words, and as a time the page's script shows in the customer's own timezone
     # (UTC, labelled, without JavaScript).
-    assert re.search(r'<span id="deadline-words">in 1[45]\s+minutes', page)
+    assert re.search(r'<span id="deadline-words"[^>]*>in 1[45]\s+minutes', page)
     utc = preview.expires_at.astimezone(UTC)
     assert f'<time datetime="{utc:%Y-%m-%dT%H:%M:%SZ}" data-localtime>{utc:%-d %b %Y, %H:%M} UTC</time>' in page
     assert "Waiting for your confirmation" in status_box(response)
@@ -328,3 +328,47 @@ def test_orders_page_needs_login(client):
     response = client.get("/orders/")
     assert response.status_code == 302
     assert response["Location"] == "/accounts/login/?next=/orders/"
+
+
+def test_orders_page_names_open_requests_in_the_customers_words(client, alice, o12, alice_agent, settings):
+    """Issue 37: the customer's /orders/ said "Waiting for the customer", the staff's wording."""
+    settings.STAFF_REVIEW_THRESHOLDS = {"EUR": 100}
+    waiting_for_her = make_preview(alice_agent, amount_minor=200)
+    for_staff = make_preview(alice_agent, amount_minor=300)
+    client.force_login(alice)
+    client.post(f"/previews/{for_staff.pk}/confirm", {"digest": for_staff.digest})
+    assert Preview.objects.get(pk=for_staff.pk).status == PreviewStatus.AWAITING_STAFF
+
+    page = html(client.get("/orders/"))
+
+    items = {text_of(item) for item in re.findall(r"<li>(.*?)</li>", page, re.S)}
+    assert "Refund €2.00 on order o-12 Waiting for your confirmation" in items
+    assert "Refund €3.00 on order o-12 Waiting for staff review" in items
+    assert "Waiting for the customer" not in page
+    assert f'href="/previews/{waiting_for_her.pk}/"' in page
+
+
+def test_the_last_minute_is_less_than_a_minute_not_zero_minutes(alice_client, o12, alice_agent):
+    """Issue 37: "Confirm within in 0 minutes" near the end."""
+    preview = make_preview(alice_agent)
+    Preview.objects.filter(pk=preview.pk).update(expires_at=timezone.now() + timedelta(seconds=40))
+    page = html(alice_client.get(page_url(preview)))
+    deadline = re.search(r'<span id="deadline-words" data-expires="([^"]+)">(.*?)</span>', page)
+    assert deadline and deadline.group(2) == "in less than a minute"
+    assert deadline.group(1).startswith(f"{timezone.now():%Y-%m-%d}")  # the time the page's script counts to
+
+
+def test_a_late_confirmation_is_told_once(alice_client, o12, alice_agent):
+    """Issue 37: a click after the deadline showed two banners (the refusal, and the status box)."""
+    preview = make_preview(alice_agent)
+    Preview.objects.filter(pk=preview.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+
+    response = alice_client.post(f"/previews/{preview.pk}/confirm", {"digest": preview.digest})
+
+    assert response.status_code == 409
+    page = html(response)
+    assert 'role="alert"' not in page
+    assert page.count("in time; nothing was done") == 1
+    assert "Expired. This request was not confirmed in time; nothing was done." in status_box(response)
+    assert Preview.objects.get(pk=preview.pk).status == PreviewStatus.EXPIRED
+    assert not Refund.objects.exists()

@@ -93,7 +93,11 @@ def test_a_proposal_elicits_the_confirmation_page_and_the_retry_reports_the_exec
     assert len(asked) == 1
     assert asked[0].mode == "url"
     assert asked[0].url == f"{shop['url'].removesuffix('/mcp')}/previews/{preview.pk}/"
-    assert "nothing has happened yet" in asked[0].message
+    assert asked[0].message.startswith(
+        "Please check this request and confirm it on the page if it is right: Refund €5.00 on order o-12"
+    )
+    assert "Nothing happens unless you confirm it there before " in asked[0].message
+    assert "the customer" not in asked[0].message.lower()  # the customer reads it: spoken to, not of
     assert result.is_error is False
     answer = result.structured_content
     assert answer["status"] == "executed" and answer["executed"] is True and answer["outcome"] == "succeeded"
@@ -107,6 +111,34 @@ def test_a_proposal_elicits_the_confirmation_page_and_the_retry_reports_the_exec
     assert proposed.result["call_id"] == "call-1"
     assert proposed.agent_session_id == shop["session"].pk and proposed.actor_id == shop["alice"].pk
     assert {"confirmed", "executed"} <= set(AuditRecord.objects.filter(preview=preview).values_list("event", flat=True))
+
+
+@pytest.mark.parametrize(
+    ("action", "came_back"),
+    [
+        ("decline", "The customer declined to open the confirmation page: nothing has happened."),
+        ("cancel", "The customer dismissed the confirmation request: nothing has happened."),
+        ("accept", "The customer opened the confirmation page but has not confirmed: nothing has happened."),
+    ],
+)
+def test_coming_back_without_confirming_is_said_not_the_pending_text_again(shop, action, came_back):
+    """Issue 37: a declined or abandoned confirmation answered with the same pending text as the first call."""
+
+    async def leave(context, params):
+        return types.ElicitResult(action=action)
+
+    async def body(client):
+        return await client.call_tool("refund_order", REFUND, meta={"call_id": f"call-{action}"})
+
+    result = run(with_client(shop["url"], shop["token"], body, elicitation_callback=leave))
+    preview = Preview.objects.get(agent_session=shop["session"])
+    assert preview.status == PreviewStatus.AWAITING_CUSTOMER
+    assert result.is_error is False
+    text = result.content[0].text
+    assert text.startswith(came_back)
+    assert f"still waits for their confirmation at {result.structured_content['preview']['confirm_url']}" in text
+    assert text != result.structured_content["message"]
+    assert not Refund.objects.exists()
 
 
 def test_the_same_call_again_after_the_decision_reports_the_outcome_and_proposes_nothing_new(shop):

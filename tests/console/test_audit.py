@@ -146,3 +146,22 @@ def test_staff_download_a_previews_audit_receipt(reviewer_client, awaiting_staff
     assert "Receipt valid" in out.getvalue()
     page = reviewer_client.get(f"/console/previews/{awaiting_staff.pk}/").content.decode()
     assert f"/console/previews/{awaiting_staff.pk}/receipt" in page
+
+
+def test_the_timeline_sentences_use_words_not_enum_names(
+    awaiting_staff, reviewer, reviewer_client, django_capture_on_commit_callbacks
+):
+    """Issue 37: "Execution Started. Execution Started." and "it waits: awaiting customer"."""
+    import re
+
+    with django_capture_on_commit_callbacks(execute=True):
+        approve(reviewer_client, awaiting_staff)
+    page = reviewer_client.get(f"/console/previews/{awaiting_staff.pk}/audit/").content.decode()
+    sentences = [text(s) for s in re.findall(r'<p class="sentence">(.*?)</p>', page, re.S)]
+    proposed = next(s for s in sentences if " proposed it" in s)
+    assert proposed.endswith("proposed it; it waits for the customer's confirmation.")
+    assert "The worker started attempt 1." in sentences
+    for sentence in sentences:
+        assert not re.search(r"\b(?!agt_)[a-z]+_[a-z_]+\b", sentence), sentence  # no status or event codes
+        label = re.sub(r"\.$", "", sentence)
+        assert label not in {e.label for e in AuditEvent}, sentence

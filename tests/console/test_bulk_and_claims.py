@@ -1,6 +1,8 @@
 """Working the queue quickly: bulk decisions bound to each preview's digest and version, claims and
 assignment, approve-and-next, the new columns and search."""
 
+import re
+
 import pytest
 from django.contrib.auth.models import Permission
 
@@ -226,3 +228,17 @@ def test_a_processing_preview_page_polls_its_status(
     status = reviewer_client.get(f"/console/previews/{awaiting_staff.pk}/status").json()
     assert status == {"status": "approved", "state": "pending", "outcome": "pending", "waiting": True}
     assert logged_in(staff_without_permission).get(f"/console/previews/{awaiting_staff.pk}/status").status_code == 403
+
+
+def test_a_row_waiting_because_its_currency_has_no_threshold_says_so(reviewer_client, alice):
+    """Issue 37: a JPY refund waits for staff only because JPY has no threshold; its Risk cell said "none"."""
+    OrderFactory(number="o-91", customer=alice, currency="JPY", total_minor=100000)
+    preview = confirmed(proposed(alice, "o-91", 500))
+    assert preview.status == PreviewStatus.AWAITING_STAFF
+    page = reviewer_client.get("/console/").content.decode()
+    row = re.search(r'<tr class="queue-row"[^>]*data-preview="' + str(preview.pk) + r'".*?</tr>', page, re.S)
+    assert row, page
+    risk = re.search(r'<td data-label="Risk">(.*?)</td>', row.group(0), re.S).group(1)
+    assert 'data-flag="no_threshold"' in risk
+    assert "No staff threshold for JPY: every JPY refund is reviewed" in risk
+    assert ">none<" not in risk

@@ -145,3 +145,35 @@ def test_the_confirmation_needs_its_csrf_token(awaiting_staff, reviewer, reviewe
     data = {"digest": awaiting_staff.digest, "reading": READING.search(page).group(1), "amount": "4.50"}
     assert client.post(f"/console/previews/{awaiting_staff.pk}/counter", data).status_code == 403
     _nothing_proposed(awaiting_staff)
+
+
+@pytest.mark.parametrize(
+    ("currency", "total_minor", "hint", "not_shown"),
+    [
+        ("JPY", 100000, "In JPY, with no decimals, e.g. 4990.", "49.90"),
+        ("KWD", 100000, "In KWD, with 3 decimals, e.g. 49.900.", "49.90."),
+        ("EUR", 50000, "In EUR, with 2 decimals, e.g. 49.90.", "4990"),
+    ],
+)
+def test_the_change_forms_example_has_the_currencys_decimals(
+    reviewer_client, alice, currency, total_minor, hint, not_shown
+):
+    """Issue 37: a JPY form suggested "e.g. 49.90" and then refused decimals."""
+    from tests.factories import OrderFactory
+
+    from .conftest import confirmed, proposed
+
+    OrderFactory(number="o-90", customer=alice, currency=currency, total_minor=total_minor)
+    preview = confirmed(proposed(alice, "o-90", 20000))
+    assert preview.status == PreviewStatus.AWAITING_STAFF
+    page = reviewer_client.get(f"/console/previews/{preview.pk}/", **ENGLISH).content.decode()
+    assert hint in page
+    assert f"e.g. {not_shown}" not in page
+
+
+def test_the_example_is_written_as_the_reviewer_types_amounts():
+    from approvals.core.money import example_major
+
+    assert example_major("EUR", "de") == "49,90"
+    assert example_major("KWD", "en_US") == "49.900"
+    assert parse_major(example_major("JPY", "en_US"), "JPY", "en_US") == 4990

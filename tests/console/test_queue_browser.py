@@ -165,6 +165,7 @@ def test_the_pages_at_390_px_and_with_axe(live_server, browser_env, alice, setti
         ("customer-confirm", f"/previews/{to_confirm.pk}/"),
         ("customer-waiting", f"/previews/{waiting.pk}/"),
         ("my-requests", "/previews/"),
+        ("my-orders", "/orders/"),
         ("customer-changed-old", f"/previews/{countered.pk}/"),
         ("customer-changed-new", f"/previews/{changed.pk}/"),
     ]

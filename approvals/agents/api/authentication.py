@@ -17,6 +17,9 @@ if TYPE_CHECKING:
     from drf_spectacular.openapi import AutoSchema
 
 
+BEARER_HEADER_EXAMPLE = "`Authorization: Bearer agt_…` (the agent token, after `Bearer ` and a space)"
+
+
 class AgentTokenAuthentication(authentication.BaseAuthentication):
     """`Authorization: Bearer <token>`; the session's person is the actor, whatever the call says."""
 
@@ -24,10 +27,15 @@ class AgentTokenAuthentication(authentication.BaseAuthentication):
 
     def authenticate(self, request: Request) -> tuple[User, AgentSession] | None:
         header = authentication.get_authorization_header(request).split()
-        if not header or header[0].lower() != self.keyword.lower().encode():
+        if not header:
             return None
+        if header[0].lower() != self.keyword.lower().encode():
+            # No other scheme is served here: a bare token or another scheme gets told what to send.
+            raise exceptions.AuthenticationFailed(
+                f"The Authorization header must start with `Bearer `: send {BEARER_HEADER_EXAMPLE}."
+            )
         if len(header) != 2:
-            raise exceptions.AuthenticationFailed("Send the header as `Authorization: Bearer <token>`.")
+            raise exceptions.AuthenticationFailed(f"Send the header as {BEARER_HEADER_EXAMPLE}.")
         try:
             token = header[1].decode("ascii")
         except UnicodeDecodeError as error:

@@ -60,5 +60,11 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
     if wait is not None:
         facts["retry_after_seconds"] = max(int(wait), 1)  # DRF rounded it up; the same as Retry-After
     detail = exc.detail if isinstance(exc, exceptions.APIException) else str(exc)
-    response.data = error_body(code, _message(detail), **facts)
+    message = _message(detail)
+    if isinstance(exc, exceptions.UnsupportedMediaType):
+        request = context.get("request")
+        sent = getattr(request, "content_type", "") if request is not None else ""
+        said = f"The body was sent as {sent!r}" if sent else "The request has no Content-Type header"
+        message = f"{said}: send it as JSON with `Content-Type: application/json`."
+    response.data = error_body(code, message, **facts)
     return response

@@ -10,14 +10,19 @@ from django.db import transaction
 from django.http import Http404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import status
+from rest_framework import exceptions, status
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.exceptions import ParseError, UnsupportedMediaType, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from approvals.agents.api.authentication import AgentTokenAuthentication, request_agent_session, request_person
+from approvals.agents.api.authentication import (
+    BEARER_HEADER_EXAMPLE,
+    AgentTokenAuthentication,
+    request_agent_session,
+    request_person,
+)
 from approvals.agents.api.calls import CallAnswer, body_unparsable, envelope_invalid, storable, tool_call
 from approvals.agents.api.errors import error_body, error_code
 from approvals.agents.api.formats import FORMATS, tool_listing
@@ -96,6 +101,11 @@ class AgentAPIView(APIView):
 
     def base_url(self) -> str:
         return self.request.build_absolute_uri("/")
+
+    def permission_denied(self, request: Request, message: str | None = None, code: str | None = None) -> NoReturn:
+        if request.authenticators and not request.successful_authenticator:
+            raise exceptions.NotAuthenticated(f"No agent token: send the header {BEARER_HEADER_EXAMPLE}.")
+        super().permission_denied(request, message, code)
 
     def throttled(self, request: Request, wait: float) -> NoReturn:
         """Count the throttled call (and audit the first ones of the minute) before answering 429."""

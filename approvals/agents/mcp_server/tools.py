@@ -22,6 +22,7 @@ from approvals.agents.api.calls import (
 )
 from approvals.agents.api.errors import error_body
 from approvals.agents.api.formats import session_actions, tool_annotations, tool_definition
+from approvals.agents.mcp_server.confirmation import confirmation_request_words, not_confirmed_words
 from approvals.core.digests import digest_of
 from approvals.core.errors import ErrorCode
 from approvals.core.presentation import preview_envelope
@@ -223,9 +224,9 @@ def _text(body: dict[str, Any]) -> str:
     return body.get("message", "")
 
 
-def _tool_result(body: dict[str, Any]) -> types.CallToolResult:
+def _tool_result(body: dict[str, Any], text: str | None = None) -> types.CallToolResult:
     return types.CallToolResult(
-        content=[types.TextContent(text=_text(body))],
+        content=[types.TextContent(text=text or _text(body))],
         structured_content=body,
         is_error=not body.get("ok", False),
     )
@@ -257,14 +258,19 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
         # Not one of this session's tools: as for any tool the server does not list, a protocol error.
         raise MCPError(code=types.INVALID_PARAMS, message=body["error"]["message"], data=body["error"])
     if body.get("ok") and body.get("status") == PreviewStatus.AWAITING_CUSTOMER and not retrying and _elicits_url(ctx):
+        message = await sync_to_async(confirmation_request_words)(body["preview"]["id"])
         return types.InputRequiredResult(
             input_requests={
                 CONFIRM_REQUEST_KEY: types.ElicitRequest(
-                    params=types.ElicitRequestURLParams(message=body["message"], url=body["preview"]["confirm_url"])
+                    params=types.ElicitRequestURLParams(message=message, url=body["preview"]["confirm_url"])
                 )
             },
             request_state=_request_state(session, body["preview"]["id"]),
         )
+    if params.input_responses is not None:
+        response = params.input_responses.get(CONFIRM_REQUEST_KEY)
+        action = response.action if isinstance(response, types.ElicitResult) else None
+        return _tool_result(body, await sync_to_async(not_confirmed_words)(body, action))
     return _tool_result(body)
 
 

@@ -22,6 +22,7 @@ __all__ = [
     "GatewayError",
     "WebhookVerificationError",
     "FINAL_STATUSES",
+    "TOOL_RESULT_STATUSES",
     "verify_webhook",
 ]
 
@@ -31,10 +32,17 @@ FINAL_STATUSES = frozenset({"executed", "declined", "rejected", "expired", "supe
 # of its process), wait_for_outcome pauses this long before asking again instead of asking at once.
 DECLINED_WAIT_PAUSE_SECONDS = 2.0
 WEBHOOK_TOLERANCE_SECONDS = 5 * 60
+# Answers about the call itself that the model can act on (malformed arguments, a tool it may not use, no
+# such tool or preview, a reused key, a policy refusal): `propose` and `preview` return them as an Answer
+# with `ok` false, to be handed back to the model. 401, 429, 5xx and transport errors still raise: they are
+# the deployment's to handle, and a model cannot mend them.
+TOOL_RESULT_STATUSES = frozenset({400, 403, 404, 409, 422})
 
 
 class GatewayError(Exception):
-    """The gateway refused the request itself (401, 403, 404, 409, 429, 400...), not a policy refusal."""
+    """The gateway refused the request itself: a bad or revoked token (401), throttling (429), a server error,
+    or, for `tools` and `previews`, any other error; `propose` and `preview` return the model's own mistakes
+    instead (TOOL_RESULT_STATUSES)."""
 
     def __init__(self, status_code: int, body: Any) -> None:
         error = body.get("error", {}) if isinstance(body, dict) else {}
@@ -125,12 +133,12 @@ class GatewayClient:
         return self._http.request(method, f"{self.base_url}{path}", headers=headers, **kwargs)
 
     @staticmethod
-    def _json(response: httpx.Response) -> Any:
+    def _json(response: httpx.Response, *, returned: frozenset[int] = frozenset()) -> Any:
         try:
             body = response.json()
         except ValueError:
             body = {"error": {"code": "not_json", "message": response.text[:200]}}
-        if response.status_code >= 400 and response.status_code != 422:
+        if response.status_code >= 400 and response.status_code not in returned:
             raise GatewayError(response.status_code, body)
         return body
 
@@ -148,19 +156,22 @@ class GatewayClient:
         call_id: str | None = None,
         idempotency_key: str | None = None,
     ) -> Answer:
-        """POST a tool call. A policy refusal (422) is an Answer with `ok` false, `code` and `message`."""
+        """POST a tool call. A refusal the model can act on (400, 403, 404, 409, 422) is an Answer with `ok`
+        false, `code` and `message`: give its `body` back to the model as the tool's result."""
         envelope: dict[str, Any] = {"name": name, "arguments": arguments}
         if call_id is not None:
             envelope["call_id"] = call_id
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
         response = self._request("POST", "/api/agent/tool-calls", json=envelope, headers=headers)
-        return Answer(response.status_code, self._json(response))
+        return Answer(response.status_code, self._json(response, returned=TOOL_RESULT_STATUSES))
 
     def preview(self, preview_id: str, *, wait: int | None = None) -> Answer:
-        """The preview as it is now; with `wait`, as soon as it changes (the server caps the wait)."""
+        """The preview as it is now; with `wait`, as soon as it changes (the server caps the wait). An id the
+        session cannot see is an Answer with `ok` false (404), as for `propose`."""
         params = {"wait": str(wait)} if wait else None
         response = self._request("GET", f"/api/agent/previews/{preview_id}", params=params, timeout=(wait or 0) + 30)
-        return Answer(response.status_code, self._json(response), response.headers.get("Preview-Wait-Declined"))
+        body = self._json(response, returned=TOOL_RESULT_STATUSES)
+        return Answer(response.status_code, body, response.headers.get("Preview-Wait-Declined"))
 
     def previews(self, *, status: str | list[str] | None = None, page: int = 1) -> dict[str, Any]:
         """One page of this session's previews, newest first (`results`, `next`)."""
@@ -178,10 +189,10 @@ class GatewayClient:
         wait: int = 30,
     ) -> Answer:
         """Long-poll the preview until its status is one of `until` (by default, final) or `timeout` passes;
-        returns the last answer either way."""
+        returns the last answer either way, or at once a refusal (an id this session cannot see)."""
         deadline = time.monotonic() + timeout
         answer = self.preview(preview_id)
-        while answer.status not in until:
+        while answer.status not in until and answer.status_code < 400:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
