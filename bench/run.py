@@ -585,14 +585,14 @@ def measure_commit_floor(profile: Profile, database: Database, clients: int) -> 
             """
             INSERT INTO approvals_preview (id, action, actor_id, subject_type, subject_id, subject_version, payload,
                 amount_minor, currency, proposal_key, digest, required_approvals, status, created_at, expires_at,
-                status_changed_at, failure_code, failure_reason, staff_approvals_needed)
+                status_changed_at, failure_code, failure_reason, staff_approvals_needed, origin, proposed_by_id)
             SELECT gen_random_uuid(), 'refund_order', %s, 'order', 'PF-' || g, 1,
                    jsonb_build_object('order_id', 'PF-' || g, 'amount_minor', 500, 'currency', 'EUR',
                                       'reason', 'damaged'),
                    500, 'EUR', md5('pf-key-' || g) || md5('pf-key2-' || g), md5('pf-' || g) || md5('pf2-' || g),
-                   '["customer"]', 'approved', now(), now() + interval '2 hours', now(), '', '', 1
+                   '["customer"]', 'approved', now(), now() + interval '2 hours', now(), '', '', 1, 'agent', %s
             FROM generate_series(1, %s) g""",
-            [customer, count],
+            [customer, customer, count],
         )
         cursor.execute("""
             CREATE TABLE bench_commit_floor AS
