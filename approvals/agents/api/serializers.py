@@ -14,7 +14,13 @@ import copy
 from typing import TYPE_CHECKING, Any
 
 from drf_spectacular.extensions import OpenApiSerializerExtension
-from drf_spectacular.utils import Direction, PolymorphicProxySerializer, extend_schema_field, inline_serializer
+from drf_spectacular.utils import (
+    Direction,
+    OpenApiResponse,
+    PolymorphicProxySerializer,
+    extend_schema_field,
+    inline_serializer,
+)
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 
@@ -158,6 +164,11 @@ class ErrorEnvelopeSerializer(serializers.Serializer):
 
 
 # Previews ---------------------------------------------------------------------------------------
+
+
+def error_response(description: str) -> OpenApiResponse:
+    """An error answer in the schema: the envelope every refusal of these APIs carries."""
+    return OpenApiResponse(ErrorEnvelopeSerializer, description=description)
 
 
 class PreviewFailureSerializer(serializers.Serializer):

@@ -32,13 +32,13 @@ from approvals.agents.api.serializers import (
     TOOL_LISTING,
     AgentSessionCreatedSerializer,
     AgentSessionCreateSerializer,
-    ErrorEnvelopeSerializer,
     PreviewEnvelopeSerializer,
     PreviewListSerializer,
     PreviewPageSerializer,
     PreviewWaitSerializer,
     ToolCallSerializer,
     answer_data,
+    error_response,
     preview_page_data,
 )
 from approvals.agents.api.throttling import AgentThrottle
@@ -54,10 +54,6 @@ from approvals.core.strict_json import member_text
 from approvals.models import AgentSession, AuditEvent, Preview, RejectedCallKind
 
 # What the schema says beyond the serializers: headers, path parameters, and each answer's meaning.
-
-
-def error_response(description: str) -> OpenApiResponse:
-    return OpenApiResponse(ErrorEnvelopeSerializer, description=description)
 
 
 UNAUTHORIZED = error_response("No, malformed, unknown, expired or revoked agent token (with WWW-Authenticate).")

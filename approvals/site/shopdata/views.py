@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from approvals.agents.api.errors import error_body
-from approvals.agents.api.serializers import ErrorEnvelopeSerializer
+from approvals.agents.api.serializers import error_response
 from approvals.core.errors import ErrorCode
 from approvals.core.registry import ImportSection
 from approvals.site.shopdata.authentication import (
@@ -23,11 +23,6 @@ from approvals.site.shopdata.authentication import (
 )
 from approvals.site.shopdata.serializers import record_answer_serializer, record_request_serializer
 from approvals.site.shopdata.services import ShopAnswer, ShopCall, shop_call
-
-
-def _error(description: str) -> OpenApiResponse:
-    return OpenApiResponse(ErrorEnvelopeSerializer, description=description)
-
 
 HEADERS = [
     OpenApiParameter(
@@ -62,9 +57,9 @@ IDEMPOTENCY_KEY = OpenApiParameter(
     description="Per token: the same key with the same request replays the first success; with another "
     "request it is a 409 idempotency_key_reused.",
 )
-UNAUTHORIZED = _error("No, malformed, unknown or revoked shop token (with WWW-Authenticate).")
-FORBIDDEN = _error("The token lacks the scope (permission_denied, with needed_scope).")
-THROTTLED = _error("Too many calls with this token (with Retry-After).")
+UNAUTHORIZED = error_response("No, malformed, unknown or revoked shop token (with WWW-Authenticate).")
+FORBIDDEN = error_response("The token lacks the scope (permission_denied, with needed_scope).")
+THROTTLED = error_response("Too many calls with this token (with Retry-After).")
 
 
 class ShopRecordView(APIView):
@@ -126,8 +121,8 @@ def record_view(section: ImportSection) -> Any:
         parameters=[identity, *HEADERS],
         responses={
             200: OpenApiResponse(answer, description="The record and its version."),
-            404: _error("No such record."),
-            409: _error("The username is a staff member's (staff_account)."),
+            404: error_response("No such record."),
+            409: error_response("The username is a staff member's (staff_account)."),
             **common,
         },
     )(get)
@@ -140,17 +135,17 @@ def record_view(section: ImportSection) -> Any:
         responses={
             200: OpenApiResponse(answer, description="Updated or unchanged: the record and its version."),
             201: OpenApiResponse(answer, description="Created: the record and its version."),
-            400: _error(
+            400: error_response(
                 "Not a valid record (invalid_record: `problems` lists each as `<JSON path>: <message>`, the "
                 "import's messages), malformed JSON, or a bad Idempotency-Key."
             ),
-            404: _error("No such endpoint."),
-            409: _error(
+            404: error_response("No such endpoint."),
+            409: error_response(
                 "If-Match names another version (version_mismatch, with current_version), the "
                 "Idempotency-Key was used for another request (idempotency_key_reused), or the username "
                 "is a staff member's (staff_account)."
             ),
-            415: _error("The body is not JSON."),
+            415: error_response("The body is not JSON."),
             **common,
         },
     )(put)
