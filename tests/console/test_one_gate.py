@@ -157,11 +157,19 @@ def test_the_author_of_a_counter_proposal_cannot_approve_a_later_preview_of_the_
     )
     assert third.chain_root_id == first.pk
     third = confirmed(third)
-    for author in (reviewer, second_reviewer):
+    # ron wrote this one; rita wrote the one before it in the chain.
+    for author, code in ((second_reviewer, "counter_author"), (reviewer, "four_eyes")):
         with pytest.raises(DecisionError) as refused:
             staff_approve(third, author)
-        assert refused.value.code in {"four_eyes", "counter_author"}
+        assert refused.value.code == code
     assert not Approval.objects.filter(preview=third, role=ApprovalRole.STAFF).exists()
+
+    # Someone outside the chain approves it, and it is paid once, at the amount of the last proposal.
+    with django_capture_on_commit_callbacks(execute=True):
+        staff_approve(third, make_reviewer("tom"))
+    third.refresh_from_db()
+    assert third.status == PreviewStatus.EXECUTED
+    assert Refund.objects.get(preview=third).amount_minor == 18000
 
 
 # Quorum: who counts now --------------------------------------------------------------------------
@@ -262,7 +270,8 @@ def test_only_the_claimer_or_a_lead_releases_a_claim(awaiting_staff, reviewer, s
     assert refused.value.code == "claimed_by_another"
     assert ReviewClaim.objects.get(preview=awaiting_staff).claimed_by_id == reviewer.pk
     response = logged_in(second_reviewer).post(f"/console/previews/{awaiting_staff.pk}/claim", {"operation": "release"})
-    assert ReviewClaim.objects.filter(preview=awaiting_staff).exists(), response
+    assert response.status_code == 409 and "only they or a lead" in response.content.decode()
+    assert ReviewClaim.objects.get(preview=awaiting_staff).claimed_by_id == reviewer.pk
 
     lead = make_reviewer("lena")
     lead.user_permissions.add(Permission.objects.get(codename="manage_review_claims"))

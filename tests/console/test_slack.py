@@ -28,7 +28,7 @@ from approvals.models import (
     SlackReviewMessage,
     SlackUserLink,
 )
-from refunds.models import Order
+from refunds.models import Order, Refund
 from tests.console.conftest import bulk_previews, confirmed, logged_in, make_reviewer, proposed
 from tests.console.fake_slack import (
     CHANNEL,
@@ -201,7 +201,9 @@ def test_a_reviewer_mapped_by_email_approves_and_the_message_becomes_the_outcome
     response = click(button_click(message, "approve", "U0RITA"))
     assert response.status_code == 200
     waiting.refresh_from_db()
-    assert waiting.status in (PreviewStatus.APPROVED, PreviewStatus.EXECUTED)
+    assert waiting.status == PreviewStatus.EXECUTED  # the click's commit ran the worker (eager)
+    assert Refund.objects.get(preview=waiting).amount_minor == waiting.amount_minor
+    assert Order.objects.get(number=waiting.subject_id).refunded_minor == waiting.amount_minor
     approval = Approval.objects.get(preview=waiting, role=ApprovalRole.STAFF)
     assert approval.approver == rita and approval.basis == "slack:U0RITA" and approval.digest == waiting.digest
     [record] = decision_records(waiting)
@@ -237,7 +239,8 @@ def test_a_linked_reviewer_rejects_with_a_reason_from_the_modal(waiting, fake_sl
 def test_a_reject_without_a_reason_keeps_the_modal_open(waiting, fake_slack, rita, click):
     click(button_click(fake_slack.only_message(), "reject", "U0RITA"))
     response = click(reject_submission(fake_slack.views[0], "U0RITA", "   "))
-    assert response.json() == {"response_action": "errors", "errors": {"note": response.json()["errors"]["note"]}}
+    assert response.json()["response_action"] == "errors" and set(response.json()["errors"]) == {"note"}
+    assert response.json()["errors"]["note"].startswith("Say why")
     waiting.refresh_from_db()
     assert waiting.status == PreviewStatus.AWAITING_STAFF
 

@@ -10,7 +10,7 @@ from drf_spectacular.generators import SchemaGenerator
 
 from approvals.core.errors import ExecutionFailure
 from approvals.core.presentation import preview_state_words
-from approvals.core.registry import Proposal
+from approvals.core.registry import Action, Proposal
 from approvals.models import ApprovalRole, Execution, PreviewStatus
 from tests.toy_action.actions import RenameBoardAction
 
@@ -20,8 +20,8 @@ from .test_execution import confirm
 
 
 def test_an_action_proposes_no_amount_unless_it_declares_one():
-    assert RenameBoardAction.proposes_amount is False
-    assert "proposes_amount" not in vars(RenameBoardAction)  # the engine's default, not the toy's choice
+    assert Action.proposes_amount is False  # the engine's default
+    assert "proposes_amount" not in vars(RenameBoardAction)  # the toy relies on it
 
 
 def test_a_rename_preview_has_no_amount_in_the_agent_api_or_its_schema(board, agent):

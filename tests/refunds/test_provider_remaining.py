@@ -89,6 +89,8 @@ class TestStripe:
         assert preview.status == PreviewStatus.EXECUTED
         assert fake_stripe.payment_intents[PI].refunded == 1000
         assert Refund.objects.get().amount_minor == 700
+        o12.refresh_from_db()
+        assert o12.refunded_minor == 700
 
     def test_every_page_of_the_charges_is_read(
         self, alice, o12, alice_agent, fake_stripe, django_capture_on_commit_callbacks
@@ -107,6 +109,9 @@ class TestStripe:
         assert len(reads) == 3
         assert [("starting_after" in r.params) for r in reads] == [False, True, True]
         assert fake_stripe.payment_intents[PI].refunded == 500
+        assert Refund.objects.get(preview=preview).amount_minor == 500
+        o12.refresh_from_db()
+        assert o12.refunded_minor == 500
 
     def test_a_failed_read_is_retried_by_the_sdk_within_the_attempt(
         self, alice, o12, alice_agent, fake_stripe, django_capture_on_commit_callbacks
@@ -119,6 +124,9 @@ class TestStripe:
         assert [r.status for r in fake_stripe.charge_reads()] == [503, 200]
         assert preview.status == PreviewStatus.EXECUTED
         assert not AuditRecord.objects.filter(preview=preview, event="execution_attempt_failed").exists()
+        assert Refund.objects.get(preview=preview).amount_minor == 500
+        o12.refresh_from_db()
+        assert o12.refunded_minor == 500
 
     def test_a_provider_that_cannot_be_read_leaves_the_refund_not_asked_and_retryable(
         self, settings, alice, o12, alice_agent, fake_stripe, django_capture_on_commit_callbacks

@@ -164,6 +164,8 @@ def test_a_read_scope_reads_and_may_not_write(alice, o12):
     response = put(reader, "/api/shop/orders/o-12", {**ORDER, "id": "o-12"})
     assert response.status_code == 403
     assert response.json()["error"]["needed_scope"] == "orders:write"
+    o12.refresh_from_db()
+    assert (o12.total_minor, o12.version) == (1000, 1)  # nothing written
 
 
 # Orders -----------------------------------------------------------------------------------------------
