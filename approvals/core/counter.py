@@ -20,8 +20,9 @@ from django.db import transaction
 from approvals.core.errors import DecisionError, ErrorCode, PolicyRefusal
 from approvals.core.locks import preview_lock
 from approvals.core.registry import Proposal, registry
-from approvals.core.services import audit_record, audited_transaction, decision_error, preview_mark, proposal_admit
+from approvals.core.services import audit_record, audited_transaction, decision_error, proposal_admit
 from approvals.core.services.audit import audit_decision_refused
+from approvals.core.services.execution.opening import preview_end
 from approvals.models import ApprovalRole, AuditEvent, Preview, PreviewOrigin, PreviewStatus
 from approvals.operations import metrics
 from approvals.operations.publish import NOTIFY_COUNTER_PROPOSAL, task_publish
@@ -94,7 +95,7 @@ def _counter_admit(old: Preview, reviewer: User, values: dict[str, str]) -> tupl
 
 def _counter_recorded(old: Preview, new: Preview, *, reviewer: User, digest: str, values: dict) -> None:
     """Supersede the old preview (pointing to the new one), and ask the customer again."""
-    preview_mark(old, PreviewStatus.SUPERSEDED, code=COUNTER_PROPOSED, reason=counter_reason(old, new))
+    preview_end(old, PreviewStatus.SUPERSEDED, code=COUNTER_PROPOSED, reason=counter_reason(old, new))
     if new.status == PreviewStatus.AWAITING_CUSTOMER:
         transaction.on_commit(partial(_publish_customer_email, str(new.pk)))
     audit_record(

@@ -15,6 +15,7 @@ from approvals.console.review_work import preview_claim, preview_release
 from approvals.core.counter import preview_counter_propose
 from approvals.core.errors import DecisionError
 from approvals.core.services import (
+    agent_sessions_revoke,
     executions_dispatch_stalled,
     preview_approve,
     preview_decline,
@@ -293,9 +294,18 @@ def test_a_staff_member_without_the_review_permission_cannot_re_propose(bank_fai
     assert Preview.objects.filter(origin=PreviewOrigin.STAFF_REPROPOSAL).count() == 0
 
 
-@pytest.mark.parametrize("ending", ["rejected", "expired"])
+@pytest.mark.parametrize(
+    ("ending", "code", "status"),
+    [
+        ("rejected", "rejected", PreviewStatus.REJECTED),
+        ("expired", "expired", PreviewStatus.EXPIRED),
+        ("session_revoked", "agent_session_revoked", PreviewStatus.SUPERSEDED),
+        ("counter_proposed", "counter_proposed", PreviewStatus.SUPERSEDED),
+        ("subject_changed", "subject_changed", PreviewStatus.SUPERSEDED),
+    ],
+)
 def test_a_preview_sent_back_to_staff_that_ends_ends_its_execution_too(
-    two_of_two, large_order, reviewer, second_reviewer, ending, django_capture_on_commit_callbacks
+    two_of_two, large_order, reviewer, second_reviewer, ending, code, status, django_capture_on_commit_callbacks
 ):
     preview = confirmed(proposed(large_order.customer, large_order.number, 25000))
     staff_approve(preview, reviewer)
@@ -305,26 +315,28 @@ def test_a_preview_sent_back_to_staff_that_ends_ends_its_execution_too(
     preview_execute(preview_id=preview.pk)  # back to staff: rita's approval lapsed
     preview.refresh_from_db()
     assert Execution.objects.get(pk=preview.pk).outcome == ExecutionOutcome.AWAITING_APPROVAL
+    tom = make_reviewer("tom")
 
     if ending == "rejected":
-        preview_decline(
-            preview_id=preview.pk,
-            person=make_reviewer("tom"),
-            role=ApprovalRole.STAFF,
-            digest=preview.digest,
-            note="No",
-        )
-        status = PreviewStatus.REJECTED
-    else:
+        preview_decline(preview_id=preview.pk, person=tom, role=ApprovalRole.STAFF, digest=preview.digest, note="No")
+    elif ending == "expired":
         Preview.objects.filter(pk=preview.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
         assert previews_expire_stale() == 1
-        status = PreviewStatus.EXPIRED
+    elif ending == "session_revoked":
+        assert agent_sessions_revoke(session_id=preview.agent_session_id) == 1
+    elif ending == "counter_proposed":
+        preview_counter_propose(preview_id=preview.pk, reviewer=tom, digest=preview.digest, values={"amount": "240.00"})
+    else:
+        large_order.total_minor += 1
+        large_order.version += 1
+        large_order.save()
+        with pytest.raises(DecisionError):
+            staff_approve(preview, tom)
 
     preview.refresh_from_db()
     execution = Execution.objects.get(pk=preview.pk)
-    assert preview.status == status and preview.failure_code == ending
-    assert (execution.outcome, execution.code) == (ExecutionOutcome.REFUSED_BEFORE_EFFECT, ending)
-    assert AuditRecord.objects.filter(preview=preview, event=ending).count() == 1
+    assert preview.status == status and preview.failure_code == code
+    assert (execution.outcome, execution.code) == (ExecutionOutcome.REFUSED_BEFORE_EFFECT, code)
     # Nothing dispatches it again, and nothing was paid.
     assert executions_dispatch_stalled(older_than_seconds=0) == 0
     assert not Refund.objects.exists()

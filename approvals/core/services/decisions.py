@@ -21,8 +21,8 @@ from approvals.core.locks import preview_lock, previews_lock, subject_lock
 from approvals.core.registry import registry
 from approvals.core.rows import insert_rows, update_fields
 from approvals.core.services.audit import audit_decision_refused, audit_record, audited_transaction
-from approvals.core.services.execution.opening import execution_end_waiting, execution_enqueue, execution_open
-from approvals.core.services.previews import approvals_of, preview_mark, status_awaiting
+from approvals.core.services.execution.opening import execution_enqueue, execution_open, preview_end
+from approvals.core.services.previews import approvals_of, status_awaiting
 from approvals.core.services.rights import staff_approvals_standing, staff_right_error
 from approvals.core.transitions import preview_transitioned
 from approvals.models import AWAITING_STATUSES, Approval, ApprovalRole, AuditEvent, Preview, PreviewStatus
@@ -42,8 +42,7 @@ def preview_expire_if_due(preview: Preview, *, now: Any = None) -> bool:
     now = now or timezone.now()
     if preview.status in AWAITING_STATUSES and preview.expires_at <= now:
         reason = "The preview expired before it was approved."
-        if not execution_end_waiting(preview, code=ErrorCode.EXPIRED, reason=reason):
-            preview_mark(preview, PreviewStatus.EXPIRED, code=ErrorCode.EXPIRED, reason=reason)
+        preview_end(preview, PreviewStatus.EXPIRED, code=ErrorCode.EXPIRED, reason=reason)
         audit_record(event=AuditEvent.EXPIRED, preview=preview, result={"expires_at": preview.expires_at.isoformat()})
         return True
     return False
@@ -131,7 +130,7 @@ def _subject_current_error(preview: Preview, approver: User) -> DecisionError | 
     subject = subject_lock(action, preview) if action else None
     if action is not None and subject is not None and action.subject_version(subject) == preview.subject_version:
         return None
-    preview_mark(
+    preview_end(
         preview,
         PreviewStatus.SUPERSEDED,
         code=ErrorCode.SUBJECT_CHANGED,
@@ -149,11 +148,10 @@ def _preview_say_no(
 ) -> None:
     if role == ApprovalRole.CUSTOMER:
         reason = "The customer declined."  # the note reaches the agent as customer_note, marked as theirs
-        preview_mark(preview, PreviewStatus.DECLINED, code=ErrorCode.DECLINED, reason=reason)
+        preview_end(preview, PreviewStatus.DECLINED, code=ErrorCode.DECLINED, reason=reason)
         event = AuditEvent.DECLINED
     else:
-        if not execution_end_waiting(preview, code=ErrorCode.REJECTED, reason=note):
-            preview_mark(preview, PreviewStatus.REJECTED, code=ErrorCode.REJECTED, reason=note)
+        preview_end(preview, PreviewStatus.REJECTED, code=ErrorCode.REJECTED, reason=note)
         event = AuditEvent.REJECTED
     audit_record(event=event, preview=preview, actor=person, result={"note": note, "digest": digest, **channel})
     metrics.decision(preview, role=role, decision=event)

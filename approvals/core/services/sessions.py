@@ -18,7 +18,7 @@ from approvals.core.registry import registry
 from approvals.core.rows import fetch_one
 from approvals.core.services.audit import audit_record, audited_transaction
 from approvals.core.services.execution import AGENT_SESSION_REVOKED_REASON, Outcome, execution_transition
-from approvals.core.services.previews import preview_mark
+from approvals.core.services.execution.opening import preview_end
 from approvals.models import OPEN_STATUSES, AgentSession, AuditEvent, Execution, Preview, PreviewStatus
 
 if TYPE_CHECKING:
@@ -156,7 +156,7 @@ def _agent_session_previews_supersede(session: AgentSession) -> list[Any]:
             )
             superseded.append(preview.pk)
             continue
-        preview_mark(
+        preview_end(
             preview,
             PreviewStatus.SUPERSEDED,
             code=ErrorCode.AGENT_SESSION_REVOKED,

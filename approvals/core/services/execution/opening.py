@@ -15,9 +15,11 @@ from approvals.core.locks import (
     execution_row_lock,
 )
 from approvals.core.rows import insert_rows, update_fields
+from approvals.core.services.previews import preview_mark
 from approvals.models import (
     Execution,
     Preview,
+    PreviewStatus,
 )
 from approvals.operations.publish import EXECUTE_PREVIEW, task_publish
 
@@ -49,17 +51,20 @@ def execution_open(preview: Preview) -> None:
     execution_transition(execution, preview, Outcome.PENDING, token=None, facts={"approved_again": True})
 
 
-def execution_end_waiting(preview: Preview, *, code: str, reason: str) -> bool:
-    """End the execution of a preview that waits for an approval again (one lapsed) because the preview
-    itself ends (rejected, expired): nothing was done, and it never starts. False when there is none;
-    only a preview sent back by the gate (`approval_lapsed`) has one, so no other preview is read."""
-    if preview.failure_code != ErrorCode.APPROVAL_LAPSED:
-        return False
-    execution = execution_row_lock(preview)
-    if execution is None or execution.outcome != Outcome.AWAITING_APPROVAL:
-        return False
-    execution_transition(execution, preview, Outcome.REFUSED_BEFORE_EFFECT, token=None, code=code, detail=reason)
-    return True
+def preview_end(preview: Preview, status: PreviewStatus, *, code: str, reason: str) -> None:
+    """End a locked preview that waits for a decision (declined, rejected, expired, superseded) with its
+    code and reason. One that the gate sent back to staff (an approval lapsed) has an execution waiting
+    for an approval again: it ends too, before any effect, so that nothing is left to start. Only such a
+    preview (`approval_lapsed`) has one, so no other preview reads its execution."""
+    if preview.failure_code == ErrorCode.APPROVAL_LAPSED:
+        execution = execution_row_lock(preview)
+        if execution is not None and execution.outcome == Outcome.AWAITING_APPROVAL:
+            execution_transition(
+                execution, preview, Outcome.REFUSED_BEFORE_EFFECT, token=None, code=code, detail=reason
+            )
+            assert preview.status == status, f"{code} ends a waiting execution as {preview.status}, not {status}"
+            return
+    preview_mark(preview, status, code=code, reason=reason)
 
 
 def execution_dispatch(preview_id: Any) -> bool:

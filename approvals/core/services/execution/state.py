@@ -101,10 +101,13 @@ class FencedOff(ApplicationError):
 SUPERSEDING_CODES = frozenset({ErrorCode.SUBJECT_CHANGED, ErrorCode.AGENT_SESSION_REVOKED})
 
 
-# An execution waiting for an approval again ends with its preview: rejected by staff, or expired.
+# An execution waiting for an approval again ends with its preview: rejected, expired, replaced by a
+# counter-proposal (the superseding codes above cover a changed subject and a revoked session).
 ENDED_BY_PEOPLE_OR_TIME: dict[str, PreviewStatus] = {
     ErrorCode.REJECTED: PreviewStatus.REJECTED,
     ErrorCode.EXPIRED: PreviewStatus.EXPIRED,
+    ErrorCode.DECLINED: PreviewStatus.DECLINED,
+    ErrorCode.COUNTER_PROPOSED: PreviewStatus.SUPERSEDED,
 }
 
 
