@@ -106,23 +106,22 @@ def refund_pay(*, preview: Preview, order: Order | None = None) -> dict[str, Any
 def _remaining_exceeded(
     order: Order, remaining: ProviderRemaining, asked: dict[str, Any], gateway: PaymentGateway
 ) -> ProviderRemainingExceeded:
-    """The refusal, with the numbers; the order is reconciled first, so the drift (a refund made at the
-    provider outside the gateway) is on the console's Payments page when staff look."""
+    """The refusal, with the numbers; the order is reconciled first (outside any transaction: it asks the
+    provider), so a drift is on the console's Payments page when staff look."""
     currency = asked["currency"]
     try:
-        with transaction.atomic():
-            order_reconcile(order, gateway=gateway)
+        order_reconcile(order, gateway=gateway)
+        compared = "reconciliation has compared the two; the Payments page lists any difference."
     except (TransientExecutionError, ExecutionFailure):
-        pass  # the next reconciliation reports it; the refusal stands either way
+        compared = "the next reconciliation compares the two."  # the refusal stands either way
     return ProviderRemainingExceeded(
         f"The payment provider says {format_minor(remaining.remaining_minor, currency)} "
         f"({remaining.remaining_minor}) remains refundable on {asked['payment_ref']} "
         f"({format_minor(remaining.paid_minor, currency)} ({remaining.paid_minor}) paid, "
         f"{format_minor(remaining.refunded_minor, currency)} ({remaining.refunded_minor}) refunded there), "
         f"less than this refund of {format_minor(asked['amount_minor'], currency)} ({asked['amount_minor']}). "
-        f"Nothing was asked. The order says {format_minor(order.remaining_minor, currency)} "
-        f"({order.remaining_minor}) remains: a refund was made at the provider outside the gateway; "
-        "reconciliation lists it.",
+        f"Nothing was asked. The shop's order says {format_minor(order.remaining_minor, currency)} "
+        f"({order.remaining_minor}) remains; {compared}",
         provider_remaining_minor=remaining.remaining_minor,
         provider_paid_minor=remaining.paid_minor,
         provider_refunded_minor=remaining.refunded_minor,

@@ -157,6 +157,7 @@ def spend_limits_check(
     amount_minor: int | None,
     currency: str | None,
     excluding: Any = None,
+    counts_as_agent_call: bool = True,
 ) -> SpendLimitExceeded | None:
     """Lock what the limits are counted on and say whether this proposal would go past one of them.
 
@@ -169,7 +170,8 @@ def spend_limits_check(
     money_out = spends_money(action) and amount_minor is not None and bool(currency)
     spent, spent_in = (amount_minor or 0, currency or "") if money_out else (0, "")
     daily = _limit_for(settings.SPEND_LIMIT_AGENT_DAILY, spent_in) if money_out and agent_session else None
-    hourly = settings.SPEND_LIMIT_AGENT_HOURLY_COUNT if agent_session else None
+    # The hourly count is of the agent's own calls; staff proposing for its session are not its calls.
+    hourly = settings.SPEND_LIMIT_AGENT_HOURLY_COUNT if agent_session and counts_as_agent_call else None
     period = _limit_for(settings.SPEND_LIMIT_CUSTOMER_30D, spent_in) if money_out else None
     if daily is None and hourly is None and period is None:
         return None

@@ -340,3 +340,13 @@ def test_a_preview_sent_back_to_staff_that_ends_ends_its_execution_too(
     # Nothing dispatches it again, and nothing was paid.
     assert executions_dispatch_stalled(older_than_seconds=0) == 0
     assert not Refund.objects.exists()
+
+
+def test_a_counter_proposal_is_not_one_of_the_agents_calls_in_its_hourly_count(settings, large_order, reviewer):
+    settings.SPEND_LIMIT_AGENT_HOURLY_COUNT = 1
+    old = confirmed(proposed(large_order.customer, large_order.number, 20000))  # the agent's one call this hour
+
+    new = preview_counter_propose(preview_id=old.pk, reviewer=reviewer, digest=old.digest, values={"amount": "150.00"})
+
+    assert (new.amount_minor, new.origin, new.agent_session_id) == (15000, "counter_proposal", old.agent_session_id)
+    assert not AuditRecord.objects.filter(event=AuditEvent.PROPOSAL_REFUSED).exists()

@@ -54,9 +54,9 @@ class TestStripe:
         assert second.execution.outcome == "failed_after_check"
         assert second.failure_reason == (
             "The payment provider says €2.00 (200) remains refundable on pi_o-12 (€10.00 (1000) paid, "
-            "€8.00 (800) refunded there), less than this refund of €5.00 (500). Nothing was asked. The order "
-            "says €5.00 (500) remains: a refund was made at the provider outside the gateway; reconciliation "
-            "lists it."
+            "€8.00 (800) refunded there), less than this refund of €5.00 (500). Nothing was asked. The shop's "
+            "order says €5.00 (500) remains; reconciliation has compared the two; the Payments page lists any "
+            "difference."
         )
         facts = failed_audit(second)
         assert (facts["code"], facts["provider_remaining_minor"], facts["amount_minor"]) == (

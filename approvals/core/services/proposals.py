@@ -229,6 +229,7 @@ def _over_limit(call: _Call, proposal: Proposal) -> PolicyRefusal | None:
         amount_minor=proposal.amount_minor,
         currency=proposal.currency,
         excluding=call.replaces.pk if call.replaces is not None else None,
+        counts_as_agent_call=call.origin == PreviewOrigin.AGENT,
     )
     if over_limit is None:
         return None

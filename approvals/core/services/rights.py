@@ -81,7 +81,7 @@ def staff_right_error(
         )
     if preview.proposed_by_id == person.pk:
         return DecisionError(
-            "You proposed this refund again yourself; another staff member must review it.",
+            "You proposed this again yourself; another staff member must review it.",
             code=ErrorCode.FOUR_EYES,
         )
     if person.pk in (proposer_chain(preview) if chain is None else chain):

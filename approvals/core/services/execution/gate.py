@@ -72,7 +72,7 @@ def _lapsed_refusal(preview: Preview, lapsed: list[Approval], missing: str) -> _
     names = " and ".join(f"{a.approver.get_username()}'s" for a in lapsed)
     reason = (
         f"{names} approval no longer counts ({why}). {missing} Nothing was done; the preview waits for "
-        "another staff member's approval."
+        "a staff approval again."
     )
     facts = {"lapsed": [a.approver.get_username() for a in lapsed]}
     return _Refusal(ErrorCode.APPROVAL_LAPSED, reason, facts, to=Outcome.AWAITING_APPROVAL)
