@@ -55,8 +55,8 @@ def preview_transitioned(preview: Any, previous_status: str) -> None:
 
 
 def preview_effect_changed(preview: Any) -> None:
-    """Tell the listeners, once the current transaction commits, that the effect of a preview whose
-    status stays what it is changed afterwards (a refund the bank failed after it was executed). They
+    """Tell the listeners, once the current transaction commits, that a preview whose status stays what
+    it is changed otherwise (a refund the bank failed after it was executed, one approval of several). They
     are called with the same previous and new status, so that what they send (an agent webhook's
     envelope) carries the preview's new state: its outcome words and action fields come from the effect."""
     listeners = _listeners_for(preview)

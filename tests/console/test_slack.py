@@ -17,7 +17,7 @@ from django.utils import timezone
 from approvals.console import slack as slack_module
 from approvals.console.slack import PAUSE_KEY, reviews_sync
 from approvals.console.slack_views import requests_refused
-from approvals.core.services import previews_expire_stale
+from approvals.core.services import preview_approve, previews_expire_stale
 from approvals.models import (
     Approval,
     ApprovalRole,
@@ -469,3 +469,22 @@ def test_a_forged_link_token_links_nothing(waiting, fake_slack):
     response = logged_in(ron).post("/console/slack/", {"token": "U0RON:forged"})
     assert response.status_code == 302
     assert not SlackUserLink.objects.exists()
+
+
+def test_a_console_approval_of_a_quorum_refreshes_the_count_in_slack(
+    settings, fake_slack, big_order, rita, django_capture_on_commit_callbacks
+):
+    settings.REVIEW_QUORUM = "refund_order:EUR:10000:2"
+    with django_capture_on_commit_callbacks(execute=True):
+        preview = confirmed(proposed(big_order.customer, big_order.number, 12000))
+    message = fake_slack.only_message()
+    assert "0 of 2 staff approvals" in blocks_text(message)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        preview_approve(preview_id=preview.pk, approver=rita, role=ApprovalRole.STAFF, digest=preview.digest)
+
+    preview.refresh_from_db()
+    assert preview.status == PreviewStatus.AWAITING_STAFF  # one of two: the status stays
+    assert fake_slack.calls_to("chat.update")
+    assert "1 of 2 staff approvals" in blocks_text(fake_slack.only_message())
+    assert {"approve", "reject"} <= action_ids(fake_slack.only_message())  # still decidable by another

@@ -26,10 +26,6 @@ from approvals.console.slack.client import (
 from approvals.console.slack.messages import (
     section_block,
 )
-from approvals.console.slack.sync import (
-    publish_task,
-    slack_update_review,
-)
 from approvals.core.errors import DecisionError, ErrorCode
 from approvals.core.services import Decision, preview_decide, staff_right_error
 from approvals.models import (
@@ -176,7 +172,7 @@ def slack_decide(
         return f"Nothing was decided: {error.message}"
     came_from = f"slack:{slack_user_id}"
     try:
-        decided = preview_decide(
+        preview_decide(
             preview_id=preview.pk,
             person=person,
             role=ApprovalRole.STAFF,
@@ -190,8 +186,6 @@ def slack_decide(
         return f"Nothing was decided: {error.message}"
     except Preview.DoesNotExist:
         return "Nothing was decided: there is no such preview."
-    if decided.status == PreviewStatus.AWAITING_STAFF:  # one approval of a quorum: no transition to tell
-        publish_task(slack_update_review, str(decided.pk))
     return None
 
 

@@ -201,6 +201,10 @@ def publish_task(task: Any, *args: Any, countdown: float = 0) -> None:
 def _on_transition(preview_id: str, previous_status: str, status: str) -> None:
     if not slack_configured():
         return
+    if status == previous_status:  # the same status with something else changed (a quorum's count)
+        if SlackReviewMessage.objects.filter(preview_id=preview_id, with_buttons=True).exists():
+            publish_task(slack_update_review, preview_id)
+        return
     if status == PreviewStatus.AWAITING_STAFF:
         window = settings.REVIEW_NOTIFY_BATCH_SECONDS
         if _eager() or window <= 0:

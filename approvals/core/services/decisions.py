@@ -24,7 +24,7 @@ from approvals.core.services.audit import audit_decision_refused, audit_record, 
 from approvals.core.services.execution.opening import execution_enqueue, execution_open, preview_end
 from approvals.core.services.previews import approvals_of, status_awaiting
 from approvals.core.services.rights import staff_approvals_standing, staff_right_error
-from approvals.core.transitions import preview_transitioned
+from approvals.core.transitions import preview_effect_changed, preview_transitioned
 from approvals.models import AWAITING_STATUSES, Approval, ApprovalRole, AuditEvent, Preview, PreviewStatus
 from approvals.operations import metrics
 
@@ -105,7 +105,10 @@ def approval_add(preview: Preview, *, approver: User, role: str, basis: str, eve
     previous = preview.status
     preview.status = status_awaiting(preview.required_approvals, approved_roles)
     update_fields(preview, ["status", "status_changed_at"])
-    preview_transitioned(preview, previous)
+    if preview.status == previous:
+        preview_effect_changed(preview)  # one approval of several: the same status, another count
+    else:
+        preview_transitioned(preview, previous)
     audit_record(
         event=event,
         preview=preview,
