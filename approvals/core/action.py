@@ -147,9 +147,6 @@ class Action(ABC):
             .first()
         )
 
-    def subject_id_of(self, subject: Model) -> str:
-        return str(getattr(subject, self.subject_id_field))
-
     def subject_version(self, subject: Model) -> int:
         return int(getattr(subject, self.subject_version_field))
 

@@ -4,10 +4,7 @@ people, staff roles, links, standing grants. Plain frozen dataclasses."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    pass
+from typing import Any
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -53,7 +53,7 @@ def spending_rows_lock(*, agent_session: AgentSession | None, person: Any) -> No
     if agent_session is not None:
         list(AgentSession.objects.select_for_update(no_key=True).filter(pk=agent_session.pk).values_list("pk"))
     if person is not None:
-        list(get_user_model().objects.select_for_update(no_key=True).filter(pk=person.pk).values_list("pk"))
+        person_lock(person)
 
 
 def person_lock(person: User) -> None:

@@ -101,9 +101,9 @@ def never_counts(preview: Any) -> set[Any]:
     return {pk for pk in (preview.actor_id, preview.proposed_by_id) if pk is not None}
 
 
-def counting_staff_approvers(preview: Any, approvals: Iterable[Any], *, excluded: set[Any] | None = None) -> set[Any]:
+def counting_staff_approvers(preview: Any, approvals: Iterable[Any]) -> set[Any]:
     """The distinct staff approvers who count, from the preview's approvals (lapsed ones never do)."""
-    excluded = never_counts(preview) if excluded is None else excluded
+    excluded = never_counts(preview)
     return {
         a.approver_id
         for a in approvals
@@ -119,11 +119,11 @@ def needs_counting(preview: Any, role: str) -> bool:
     return others or counted or preview.proposed_by_staff
 
 
-def approved_roles(preview: Any, approvals: Iterable[Any], *, excluded: set[Any] | None = None) -> set[str]:
+def approved_roles(preview: Any, approvals: Iterable[Any]) -> set[str]:
     """The roles whose approval is complete, from the approvals that stand."""
     standing = [a for a in approvals if a.lapsed_at is None]
     roles = {a.role for a in standing}
-    counted = counting_staff_approvers(preview, standing, excluded=excluded)
+    counted = counting_staff_approvers(preview, standing)
     if ApprovalRole.STAFF in roles and len(counted) < preview.staff_approvals_needed:
         roles.discard(ApprovalRole.STAFF.value)
     return roles
@@ -135,7 +135,7 @@ def progress(preview: Any, approvals: Iterable[Any] | None = None) -> tuple[int,
     return len(counting_staff_approvers(preview, rows)), preview.staff_approvals_needed
 
 
-def quorum_refusal(preview: Any, approvals: Iterable[Any], *, excluded: set[Any] | None = None) -> str | None:
+def quorum_refusal(preview: Any, approvals: Iterable[Any]) -> str | None:
     """For the executor: why the standing staff approvals do not make the quorum (each bound to the
     digest and subject version), or None."""
     if ApprovalRole.STAFF not in preview.required_approvals:
@@ -147,7 +147,7 @@ def quorum_refusal(preview: Any, approvals: Iterable[Any], *, excluded: set[Any]
         and a.subject_version == preview.subject_version
         and a.created_at <= preview.expires_at
     ]
-    have, need = len(counting_staff_approvers(preview, valid, excluded=excluded)), preview.staff_approvals_needed
+    have, need = len(counting_staff_approvers(preview, valid)), preview.staff_approvals_needed
     if have < need:
         return f"{have} of the {need} staff approvals needed are recorded for this exact preview."
     return None

@@ -1,12 +1,7 @@
 """What agents hold and leave: sessions, idempotency keys, tallies of rejected calls, webhook deliveries."""
 
-from typing import TYPE_CHECKING
-
 from django.conf import settings
 from django.db import models
-
-if TYPE_CHECKING:
-    pass
 
 
 class AgentSession(models.Model):

@@ -1,16 +1,13 @@
 """Previews, their approvals and executions: what is proposed, who said yes, what happened."""
 
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
 from approvals.models.agents import AgentSession
-
-if TYPE_CHECKING:
-    pass
 
 
 class PreviewStatus(models.TextChoices):

@@ -1,14 +1,9 @@
 """The staff's review work: notices owed to reviewers, claims, and the Slack messages and links."""
 
-from typing import TYPE_CHECKING
-
 from django.conf import settings
 from django.db import models
 
 from approvals.models.previews import Preview
-
-if TYPE_CHECKING:
-    pass
 
 
 class ReviewNoticeKind(models.TextChoices):

@@ -28,7 +28,7 @@ from django.core.cache import cache
 from django.db.models import QuerySet
 
 from approvals.core.services import preview_refresh
-from approvals.models import ExecutionOutcome, Preview, PreviewStatus
+from approvals.models import Preview, PreviewStatus
 
 # A preview in these states changes no more (needs_attention still ends in executed or failed).
 FINAL_STATUSES = frozenset(
@@ -40,9 +40,6 @@ FINAL_STATUSES = frozenset(
         PreviewStatus.SUPERSEDED,
         PreviewStatus.FAILED,
     }
-)
-FINAL_OUTCOMES = frozenset(
-    {ExecutionOutcome.SUCCEEDED, ExecutionOutcome.REFUSED_BEFORE_EFFECT, ExecutionOutcome.FAILED_AFTER_CHECK}
 )
 
 
@@ -145,7 +142,7 @@ def preview_wait_for_change(preview: Preview, wait_seconds: float) -> tuple[Prev
 
 def session_previews(session: Any, statuses: list[str] | None) -> QuerySet[Preview]:
     """The previews this agent session proposed, newest first."""
-    previews = Preview.objects.filter(agent_session=session).select_related("execution")
+    previews = Preview.objects.filter(agent_session=session).select_related("execution", "proposed_by")
     if statuses:
         previews = previews.filter(status__in=statuses)
     return previews.order_by("-created_at", "-pk")

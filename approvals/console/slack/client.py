@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
 from prometheus_client import Counter
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
-
-if TYPE_CHECKING:
-    pass
-
-logger = logging.getLogger(__name__)
-
 
 POST_TASK = "approvals.slack_post_review"
 UPDATE_TASK = "approvals.slack_update_review"

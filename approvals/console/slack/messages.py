@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import logging
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.utils.timesince import timeuntil
 
@@ -29,12 +28,6 @@ from approvals.models import (
     Preview,
     PreviewStatus,
 )
-
-if TYPE_CHECKING:
-    pass
-
-logger = logging.getLogger(__name__)
-
 
 # What a message says -----------------------------------------------------------------------------
 

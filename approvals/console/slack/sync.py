@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from celery import shared_task
 from django.conf import settings
@@ -42,9 +42,6 @@ from approvals.models import (
     PreviewStatus,
     SlackReviewMessage,
 )
-
-if TYPE_CHECKING:
-    pass
 
 logger = logging.getLogger(__name__)
 

@@ -29,11 +29,6 @@ if TYPE_CHECKING:
 MANAGE_CLAIMS_PERMISSION = "approvals.manage_review_claims"
 
 
-def review_permission_of(action_name: str) -> str:
-    action = registry.action(action_name)
-    return action.review_permission if action else "approvals.review_preview"
-
-
 def may_review_action(person: User, action: Action | None) -> bool:
     """Whether `person` is active staff with the review permission of this kind of action."""
     permission = action.review_permission if action else "approvals.review_preview"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError
@@ -27,18 +27,6 @@ from approvals.core.locks import (
 from approvals.core.registry import Action, registry
 from approvals.core.rows import update_fields
 from approvals.core.services.audit import audit_record, audited_transaction
-from approvals.core.services.previews import approvals_of
-from approvals.models import (
-    Approval,
-    AuditEvent,
-    Execution,
-    Preview,
-)
-from approvals.operations import metrics
-
-if TYPE_CHECKING:
-    pass
-
 from approvals.core.services.execution.gate import check_before_first_effect
 from approvals.core.services.execution.siblings import supersede_siblings
 from approvals.core.services.execution.state import (
@@ -48,6 +36,14 @@ from approvals.core.services.execution.state import (
     fenced,
     worker_name,
 )
+from approvals.core.services.previews import approvals_of
+from approvals.models import (
+    Approval,
+    AuditEvent,
+    Execution,
+    Preview,
+)
+from approvals.operations import metrics
 
 logger = logging.getLogger(__name__)
 

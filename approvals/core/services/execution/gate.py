@@ -4,9 +4,8 @@ version, deadline, the action's policy, the spending limits), written once for e
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
@@ -21,6 +20,11 @@ from approvals.core.locks import (
 )
 from approvals.core.quorum import quorum_refusal
 from approvals.core.registry import Action
+from approvals.core.services.execution.state import (
+    AGENT_SESSION_REVOKED_REASON,
+    Outcome,
+    execution_transition,
+)
 from approvals.core.services.previews import approvals_of, preview_digest
 from approvals.core.services.rights import staff_approvals_standing
 from approvals.models import (
@@ -28,17 +32,6 @@ from approvals.models import (
     Execution,
     Preview,
 )
-
-if TYPE_CHECKING:
-    pass
-
-from approvals.core.services.execution.state import (
-    AGENT_SESSION_REVOKED_REASON,
-    Outcome,
-    execution_transition,
-)
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

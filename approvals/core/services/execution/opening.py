@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -15,6 +15,10 @@ from approvals.core.locks import (
     execution_row_lock,
 )
 from approvals.core.rows import insert_rows, update_fields
+from approvals.core.services.execution.state import (
+    Outcome,
+    execution_transition,
+)
 from approvals.core.services.previews import preview_mark
 from approvals.models import (
     Execution,
@@ -22,14 +26,6 @@ from approvals.models import (
     PreviewStatus,
 )
 from approvals.operations.publish import EXECUTE_PREVIEW, task_publish
-
-if TYPE_CHECKING:
-    pass
-
-from approvals.core.services.execution.state import (
-    Outcome,
-    execution_transition,
-)
 
 logger = logging.getLogger(__name__)
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from approvals.core.errors import (
     ErrorCode,
@@ -15,22 +14,16 @@ from approvals.core.locks import (
 from approvals.core.registry import Action
 from approvals.core.rows import update_fields
 from approvals.core.services.audit import audit_record
+from approvals.core.services.execution.state import (
+    Outcome,
+    execution_transition,
+)
 from approvals.core.transitions import preview_transitioned
 from approvals.models import (
     AuditEvent,
     Preview,
     PreviewStatus,
 )
-
-if TYPE_CHECKING:
-    pass
-
-from approvals.core.services.execution.state import (
-    Outcome,
-    execution_transition,
-)
-
-logger = logging.getLogger(__name__)
 
 # Siblings ------------------------------------------------------------------------------------
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any
 
 from approvals.core.errors import (
@@ -32,8 +31,6 @@ from approvals.core.services.execution.state import (
     Outcome,
     execution_transition,
 )
-
-logger = logging.getLogger(__name__)
 
 
 def execution_retry_refusal(preview: Preview, execution: Execution | None) -> DecisionError | None:

@@ -4,7 +4,6 @@ table does not allow, or an answer from an attempt that lost its lease), auditin
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
 from datetime import timedelta
@@ -33,8 +32,6 @@ from approvals.operations import metrics
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
-
-logger = logging.getLogger(__name__)
 
 Outcome = ExecutionOutcome
 

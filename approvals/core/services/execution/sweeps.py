@@ -2,27 +2,19 @@
 
 from __future__ import annotations
 
-import logging
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.utils import timezone
 
 from approvals.core.registry import registry
-from approvals.models import (
-    Execution,
-)
-
-if TYPE_CHECKING:
-    pass
-
 from approvals.core.services.execution.opening import execution_dispatch
 from approvals.core.services.execution.state import (
     Outcome,
 )
-
-logger = logging.getLogger(__name__)
+from approvals.models import (
+    Execution,
+)
 
 # The sweeper, the resolver and people ----------------------------------------------------------
 
