@@ -416,9 +416,25 @@ EXECUTION_DEADLINE_SECONDS = env.int("EXECUTION_DEADLINE_SECONDS", default=86400
 EXECUTION_RESOLVE_INTERVAL_SECONDS = env.int("EXECUTION_RESOLVE_INTERVAL_SECONDS", default=300)
 
 # The audit log (docs/audit.md): the Ed25519 key that signs tree heads (base64 of its 32 bytes; `make run`
-# generates one; without it nothing is sealed), where signed tree heads are published, and how often the
+# generates one; without it nothing is sealed; during a key rotation two, comma-separated, the new one
+# first: checkpoints are then signed by both), where signed tree heads are published, and how often the
 # sealer (`manage.py seal_audit --loop`, one process) looks for committed records.
 AUDIT_SIGNING_KEY = env.str("AUDIT_SIGNING_KEY", default="")
+# Public keys (base64) of earlier signing keys, which still verify the checkpoints they signed.
+AUDIT_SIGNING_KEYS_RETIRED = env.list("AUDIT_SIGNING_KEYS_RETIRED", default=[])
+# The log's name in its c2sp.org/tlog-checkpoint notes (and the signing key's name): by default the host of
+# PUBLIC_BASE_URL plus /audit, the scheme-less URL of its tiles.
+AUDIT_LOG_ORIGIN = env.str("AUDIT_LOG_ORIGIN", default="") or (
+    PUBLIC_BASE_URL.split("://", 1)[-1].split("/", 1)[0] + "/audit"
+)
+# Entry bundles (GET /audit/tile/entries/...) hold the records, personal data: a bearer token reads them.
+# Hash tiles and checkpoints are public. Without the token, entry bundles are refused to everyone.
+AUDIT_READ_TOKEN = env.str("AUDIT_READ_TOKEN", default="")
+# Witnesses (c2sp.org/tlog-witness) asked to cosign each checkpoint: comma-separated
+# `<witness vkey>=<add-checkpoint URL>`; a checkpoint is published once AUDIT_WITNESS_QUORUM (default: all
+# of them) have cosigned it.
+AUDIT_WITNESSES = env.list("AUDIT_WITNESSES", default=[])
+AUDIT_WITNESS_QUORUM = env.int("AUDIT_WITNESS_QUORUM", default=len(AUDIT_WITNESSES))
 AUDIT_CHECKPOINT_FILE = env.str("AUDIT_CHECKPOINT_FILE", default="")
 AUDIT_CHECKPOINT_WEBHOOKS = env.list("AUDIT_CHECKPOINT_WEBHOOKS", default=[])
 AUDIT_CHECKPOINT_WEBHOOK_SECRET = env.str("AUDIT_CHECKPOINT_WEBHOOK_SECRET", default="")

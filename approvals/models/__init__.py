@@ -10,10 +10,13 @@ from approvals.models.agents import (
     WebhookDeliveryStatus,
 )
 from approvals.models.audit import (
+    AuditCosignature,
     AuditEvent,
     AuditLeaf,
     AuditRecord,
+    AuditTile,
     AuditTreeHead,
+    AuditVerification,
     CurrentTransactionId,
 )
 from approvals.models.previews import (

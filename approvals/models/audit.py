@@ -133,6 +133,10 @@ class AuditTreeHead(models.Model):
     timestamp = models.BigIntegerField(help_text="Milliseconds since 1970, as signed.")
     signature = models.CharField(max_length=100)
     public_key = models.CharField(max_length=64)
+    note = models.TextField(
+        blank=True,
+        help_text="The c2sp.org/tlog-checkpoint signed note (the log's signatures; witnesses' cosignatures apart).",
+    )
     horizon = models.BigIntegerField(
         default=0, help_text="PostgreSQL: records of transactions below this id were all sealed by this head."
     )
@@ -144,10 +148,59 @@ class AuditTreeHead(models.Model):
         return f"tree head {self.size}"
 
     def as_checkpoint(self) -> dict:
-        return {
+        checkpoint = {
             "size": self.size,
             "root_hash": self.root_hash,
             "timestamp": self.timestamp,
             "signature": self.signature,
             "public_key": self.public_key,
         }
+        if self.note:
+            checkpoint["note"] = self.note
+        return checkpoint
+
+
+class AuditCosignature(models.Model):
+    """A witness's c2sp.org/tlog-cosignature line over a tree head's checkpoint note."""
+
+    head = models.ForeignKey(AuditTreeHead, on_delete=models.PROTECT, related_name="cosignatures")
+    witness = models.CharField(max_length=300, help_text="The witness's verifier key (vkey).")
+    line = models.TextField(help_text="The signature line as the witness returned it.")
+    timestamp = models.BigIntegerField(help_text="The cosignature's time, seconds since 1970.")
+    received_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["head", "witness"], name="one_cosignature_per_witness")]
+
+    def __str__(self) -> str:
+        return f"cosignature of {self.witness.split('+')[0]} on tree head {self.head_id}"
+
+
+class AuditTile(models.Model):
+    """A c2sp.org/tlog-tiles hash tile: at level 0 the leaf hashes, above each hash the root of a full tile
+    of the level below. Only the right edge grows (the sealer appends to it, never rewrites a byte; on
+    PostgreSQL a trigger refuses anything else), so a partial tile `.p/<W>` is the first W hashes."""
+
+    level = models.PositiveSmallIntegerField()
+    index = models.BigIntegerField()
+    hashes = models.BinaryField(help_text="Up to 256 SHA-256 hashes, concatenated.")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["level", "index"], name="one_tile_per_place")]
+
+    def __str__(self) -> str:
+        return f"tile {self.level}/{self.index} ({len(self.hashes) // 32} hashes)"
+
+
+class AuditVerification(models.Model):
+    """The last checkpoint `verify_audit` found intact: the next run starts from it (`--full` does not)."""
+
+    size = models.BigIntegerField()
+    root_hash = models.CharField(max_length=64)
+    verified_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        get_latest_by = "verified_at"
+
+    def __str__(self) -> str:
+        return f"verified up to {self.size}"
