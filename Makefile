@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run demo-reset test install lint browser-deps axe clean bench bench-quick bench-deps
+.PHONY: run demo-reset test install c2sp-peers lint browser-deps axe clean bench bench-quick bench-deps
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,6 +15,22 @@ $(STAMP): pyproject.toml clients/python/pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# Independent C2SP peers for the audit log's interoperability tests: aics-tlog (a verifier of checkpoints,
+# tiles and proofs) and aics-witness (a c2sp.org/tlog-witness). They need Python 3.12 or newer, so they get
+# a virtual environment of their own; the project itself stays on 3.11.
+C2SP_VENV := .venv-c2sp
+C2SP_STAMP := $(C2SP_VENV)/.installed
+PYTHON312 ?= $(shell for candidate in python3.13 python3.12 $$HOME/.pyenv/versions/3.13*/bin/python3 \
+  $$HOME/.pyenv/versions/3.12*/bin/python3; do $$candidate -c 'import sys; assert sys.version_info >= (3, 12)' \
+  >/dev/null 2>&1 && { echo $$candidate; break; }; done)
+$(C2SP_STAMP): tests/c2sp-requirements.txt
+	@test -n "$(PYTHON312)" || { echo "The C2SP peers need Python 3.12 or newer (python3.12 on PATH, or PYTHON312=...)."; exit 1; }
+	$(PYTHON312) -m venv $(C2SP_VENV)
+	$(C2SP_VENV)/bin/python -m pip install --quiet -r tests/c2sp-requirements.txt
+	touch $(C2SP_STAMP)
+
+c2sp-peers: $(C2SP_STAMP)
 
 # Debian's Chromium drives the browser tests; Playwright never downloads a browser of its own.
 browser-deps:
@@ -74,7 +90,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-test: $(STAMP) browser-deps $(AXE)
+test: $(STAMP) $(C2SP_STAMP) browser-deps $(AXE)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
@@ -83,7 +99,7 @@ test: $(STAMP) browser-deps $(AXE)
 	$(VENV)/bin/pytest
 
 clean:
-	rm -rf $(VENV) db.sqlite3 .demo-seed.log staticfiles
+	rm -rf $(VENV) $(C2SP_VENV) db.sqlite3 .demo-seed.log staticfiles
 
 # `make bench` (about 8 minutes) and `make bench-quick` (under 2): the gateway's speed against floors
 # measured in the same run (docs/benchmarks.md). PostgreSQL and Redis come from DATABASE_URL and
