@@ -102,6 +102,7 @@ class ErrorCode(StrEnum):
     EXPIRED = "expired"
     DECLINED = "declined"
     REJECTED = "rejected"
+    WITHDRAWN = "withdrawn"
     SUPERSEDED = "superseded"
     SUBJECT_CHANGED = "subject_changed"
     ALREADY_DECIDED = "already_decided"

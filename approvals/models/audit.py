@@ -31,6 +31,7 @@ class AuditEvent(models.TextChoices):
     EXECUTION_FAILED = "execution_failed"
     SUPERSEDED = "superseded"
     EXPIRED = "expired"
+    WITHDRAWN = "withdrawn"
     EXECUTION_ATTEMPT_FAILED = "execution_attempt_failed"
     RETRIED = "retried"
     EXECUTION_TRANSITION = "execution_transition"

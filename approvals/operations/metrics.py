@@ -72,7 +72,7 @@ def measure_seal_lag(lag: Callable[[], float]) -> None:
 
 # Statuses a preview never leaves. Every other status (the waiting ones, `approved`, and any added
 # later, such as `needs_attention`) is counted by the previews gauge.
-SETTLED_STATUSES = frozenset({"executed", "declined", "rejected", "expired", "superseded", "failed"})
+SETTLED_STATUSES = frozenset({"executed", "declined", "rejected", "expired", "superseded", "failed", "withdrawn"})
 
 # Web ----------------------------------------------------------------------------------------------
 

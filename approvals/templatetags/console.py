@@ -162,6 +162,9 @@ def record_sentence(record: Any) -> str:
         return f"It went out of date: {result.get('reason') or 'what it is about changed'}."
     if event == AuditEvent.EXPIRED:
         return "It expired before it was approved; nothing was done."
+    if event == AuditEvent.WITHDRAWN:
+        waited = WAITS_FOR.get(str(result.get("previous_status", "")), "a decision")
+        return f"{who}{agent} withdrew it while it waited for {waited}; nothing was done."
     if event == AuditEvent.EXECUTION_STARTED:
         how = "took over an expired lease for attempt" if result.get("took_over") else "started attempt"
         looks = ", looking the effect up first" if result.get("look_up_first") else ""

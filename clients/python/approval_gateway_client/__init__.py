@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 # A preview in one of these states changes no more.
-FINAL_STATUSES = frozenset({"executed", "declined", "rejected", "expired", "superseded", "failed"})
+FINAL_STATUSES = frozenset({"executed", "declined", "rejected", "expired", "superseded", "failed", "withdrawn"})
 # When the server declines to hold a long-poll (Preview-Wait-Declined: too many waits of this session or
 # of its process), wait_for_outcome pauses this long before asking again instead of asking at once.
 DECLINED_WAIT_PAUSE_SECONDS = 2.0
