@@ -191,6 +191,10 @@ def test_a_support_conversation_through_the_claude_agent_sdk(live_server, model,
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
             "DISABLE_TELEMETRY": "1",
             "DISABLE_AUTOUPDATER": "1",
+            # Anything the CLI would ask of the internet goes to a closed port: only local servers answer.
+            "HTTPS_PROXY": "http://127.0.0.1:9",
+            "HTTP_PROXY": "http://127.0.0.1:9",
+            "NO_PROXY": "127.0.0.1,localhost",
         },
     )
 

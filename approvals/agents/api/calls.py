@@ -298,6 +298,7 @@ def preview_not_found_body() -> dict[str, Any]:
 def withdraw_call(*, session: AgentSession, preview_id: Any, base_url: str, call_id: str | None = None) -> CallAnswer:
     """Withdraw the session's own preview (approvals.core.services.preview_withdraw): 200 with its envelope,
     404 for a preview of another session or none, 409 once it no longer waits for a decision."""
+    http_status: int
     try:
         preview = preview_withdraw(agent_session=session, preview_id=preview_id, call_id=call_id)
     except Preview.DoesNotExist:
