@@ -105,6 +105,8 @@ def test_the_customer_cannot_confirm_it_and_the_page_says_the_assistant_withdrew
     assert "Withdrawn." in page
     assert "The assistant withdrew this request before it was decided; nothing was done." in page
     assert f"/previews/{preview.pk}/confirm" not in page  # no confirm button
+    mine = logged_in(alice).get("/previews/").content.decode()
+    assert '<span class="status-word status-withdrawn">Withdrawn</span>' in mine
     confirm = logged_in(alice).post(f"/previews/{preview.pk}/confirm", {"digest": preview.digest})
     assert confirm.status_code == 409
     assert "The assistant withdrew this request before it was decided" in confirm.content.decode()
