@@ -13,6 +13,7 @@ class ApprovalsConfig(AppConfig):
         from approvals.agents import webhooks  # noqa: F401
         from approvals.agents.api import authentication, serializers  # noqa: F401  (register the OpenAPI extensions)
         from approvals.audit import checks as audit_checks  # noqa: F401
+        from approvals.audit.cosigning import witnesses_report
         from approvals.audit.seal import seal_lag_seconds
         from approvals.console import (
             notifications,  # noqa: F401
@@ -62,4 +63,5 @@ class ApprovalsConfig(AppConfig):
 
         metrics.count_actions(registry.actions.keys)
         metrics.measure_seal_lag(seal_lag_seconds)
+        metrics.measure_witnesses(witnesses_report)  # for /metrics and /readyz
         notifications.register()  # the reviewer digest is scheduled when a preview starts waiting for staff

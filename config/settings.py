@@ -172,6 +172,7 @@ CELERY_QUEUES_BY_KIND = {
         "approvals.deliver_agent_webhook",
         "approvals.resend_due_webhooks",
         "approvals.deliver_audit_checkpoint",
+        "approvals.cosign_audit_checkpoint",
     ],
     "notifications": [
         "approvals.notify_reviewers",
@@ -435,6 +436,12 @@ AUDIT_READ_TOKEN = env.str("AUDIT_READ_TOKEN", default="")
 # of them) have cosigned it.
 AUDIT_WITNESSES = env.list("AUDIT_WITNESSES", default=[])
 AUDIT_WITNESS_QUORUM = env.int("AUDIT_WITNESS_QUORUM", default=len(AUDIT_WITNESSES))
+# The whole time one submission to the witnesses may take (all of them at once, a retry after a 409
+# included), so that a slow witness holds a `deliveries` worker no longer than this.
+AUDIT_WITNESS_DEADLINE_SECONDS = env.float("AUDIT_WITNESS_DEADLINE_SECONDS", default=10.0)
+# /readyz reports the witnesses as degraded (it still answers 200: money does not wait for witnesses)
+# when the oldest tree head not yet published has waited longer than this for its cosignatures.
+AUDIT_WITNESS_LAG_MAX_SECONDS = env.float("AUDIT_WITNESS_LAG_MAX_SECONDS", default=300.0)
 AUDIT_CHECKPOINT_FILE = env.str("AUDIT_CHECKPOINT_FILE", default="")
 AUDIT_CHECKPOINT_WEBHOOKS = env.list("AUDIT_CHECKPOINT_WEBHOOKS", default=[])
 AUDIT_CHECKPOINT_WEBHOOK_SECRET = env.str("AUDIT_CHECKPOINT_WEBHOOK_SECRET", default="")
@@ -472,6 +479,8 @@ CELERY_BEAT_SCHEDULE = {
     "reconcile-payments": {"task": "refunds.reconcile", "schedule": float(RECONCILE_INTERVAL_SECONDS)},
     "resend-due-webhooks": {"task": "approvals.resend_due_webhooks", "schedule": 300.0},
 }
+if AUDIT_WITNESSES:  # the latest tree head to witnesses that missed it (down, or a broker outage)
+    CELERY_BEAT_SCHEDULE["cosign-audit-checkpoint"] = {"task": "approvals.cosign_audit_checkpoint", "schedule": 60.0}
 if SLACK_BOT_TOKEN:  # posts what a lost publication missed, and updates messages a failed chat.update left stale
     CELERY_BEAT_SCHEDULE["slack-sync-reviews"] = {
         "task": "approvals.slack_post_review",

@@ -17,6 +17,7 @@ from approvals.models.audit import (
     AuditTile,
     AuditTreeHead,
     AuditVerification,
+    AuditWitnessAnswer,
     CurrentTransactionId,
 )
 from approvals.models.previews import (
@@ -50,10 +51,14 @@ __all__ = [
     "AgentSession",
     "Approval",
     "ApprovalRole",
+    "AuditCosignature",
     "AuditEvent",
     "AuditLeaf",
     "AuditRecord",
+    "AuditTile",
     "AuditTreeHead",
+    "AuditVerification",
+    "AuditWitnessAnswer",
     "CurrentTransactionId",
     "EFFECT_IN_FLIGHT_OUTCOMES",
     "Execution",

@@ -176,6 +176,24 @@ class AuditCosignature(models.Model):
         return f"cosignature of {self.witness.split('+')[0]} on tree head {self.head_id}"
 
 
+class AuditWitnessAnswer(models.Model):
+    """What a configured witness last made of a checkpoint it was sent (approvals.audit.witnesses.Outcome):
+    one row per witness, overwritten by each answer. /readyz and the metrics report a witness refusing
+    from here, and a refused checkpoint is not sent to that witness again."""
+
+    witness = models.CharField(max_length=300, unique=True, help_text="The witness's verifier key (vkey).")
+    outcome = models.CharField(max_length=16)
+    size = models.BigIntegerField(help_text="The size of the checkpoint sent.")
+    old_size = models.BigIntegerField(help_text="The old size the last request carried.")
+    http_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    witness_size = models.BigIntegerField(null=True, blank=True, help_text="The size the witness named in a 409.")
+    detail = models.CharField(max_length=500, blank=True)
+    answered_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.witness.split('+')[0]}: {self.outcome} at size {self.size}"
+
+
 class AuditTile(models.Model):
     """A c2sp.org/tlog-tiles hash tile: at level 0 the leaf hashes, above each hash the root of a full tile
     of the level below. Only the right edge grows (the sealer appends to it, never rewrites a byte; on

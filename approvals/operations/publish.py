@@ -16,6 +16,7 @@ from celery import current_app
 EXECUTE_PREVIEW = "approvals.execute_preview"
 NOTIFY_COUNTER_PROPOSAL = "approvals.notify_counter_proposal"
 DELIVER_AUDIT_CHECKPOINT = "approvals.deliver_audit_checkpoint"
+COSIGN_AUDIT_CHECKPOINT = "approvals.cosign_audit_checkpoint"
 NOTIFY_REVIEWERS = "approvals.notify_reviewers"
 
 
