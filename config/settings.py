@@ -439,6 +439,9 @@ AUDIT_WITNESS_QUORUM = env.int("AUDIT_WITNESS_QUORUM", default=len(AUDIT_WITNESS
 # The whole time one submission to the witnesses may take (all of them at once, a retry after a 409
 # included), so that a slow witness holds a `deliveries` worker no longer than this.
 AUDIT_WITNESS_DEADLINE_SECONDS = env.float("AUDIT_WITNESS_DEADLINE_SECONDS", default=10.0)
+# A witness that refused or did not answer is sent the latest head again no sooner than this (the task's
+# retries start there and double); a checkpoint it refused is never sent to it again.
+AUDIT_WITNESS_RETRY_SECONDS = env.float("AUDIT_WITNESS_RETRY_SECONDS", default=30.0)
 # /readyz reports the witnesses as degraded (it still answers 200: money does not wait for witnesses)
 # when the oldest tree head not yet published has waited longer than this for its cosignatures.
 AUDIT_WITNESS_LAG_MAX_SECONDS = env.float("AUDIT_WITNESS_LAG_MAX_SECONDS", default=300.0)

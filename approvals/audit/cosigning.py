@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Max
+from django.db.models import Max, Q
 from django.utils import timezone
 
 from approvals.audit import seal
@@ -42,46 +43,95 @@ from approvals.operations import metrics
 logger = logging.getLogger(__name__)
 
 RETRY_BACKOFF_MAX_SECONDS = 300
+# One task sends the newest head again when another was sealed while it was asking: at most this often.
+COLLECT_ROUNDS = 3
+# A claim outlives the deadline by this much: a worker that dies while asking frees its witnesses.
+CLAIM_MARGIN_SECONDS = 5
 
 
 def cosignatures_collect(size: int | None = None) -> list[Submission]:
     """Send the latest tree head (at least `size`, the one whose seal asked) to each configured witness
-    that has not cosigned it, and has not already refused this same checkpoint; keep what they answer.
-    Returns one Submission per witness asked: the task retries while one is UNREACHABLE."""
+    that has not cosigned it and may be asked now (`_askable`); keep what they answer. While a newer
+    head was sealed meanwhile, once more, up to COLLECT_ROUNDS. Returns what each witness asked made of
+    it: the task retries while one is UNREACHABLE."""
+    submissions: list[Submission] = []
+    for _round in range(COLLECT_ROUNDS):
+        head = seal.latest_head()
+        if head is None or (size is not None and head.size < size):
+            if head is not None:
+                logger.error("Tree head %s was to be cosigned, but the latest head is %s", size, head.size)
+            break
+        done = _collect_for(head)
+        submissions += done
+        if not any(submission.outcome == Outcome.COSIGNED for submission in done):
+            break
+        newest = seal.latest_head()
+        if newest is None or newest.size == head.size:
+            break
+    return submissions
+
+
+def _collect_for(head: AuditTreeHead) -> list[Submission]:
     witnesses = witnesses_configured()
-    head = seal.latest_head()
-    if not witnesses or head is None:
-        return []
-    if size is not None and head.size < size:
-        logger.error("Tree head %s was to be cosigned, but the latest head is %s", size, head.size)
+    if not witnesses:
         return []
     if not head.note:
         logger.warning("Tree head %s has no checkpoint note: it can't be sent to witnesses", head.size)
         return []
     cosigned = set(AuditCosignature.objects.filter(head=head).values_list("witness", flat=True))
     answers = {answer.witness: answer for answer in AuditWitnessAnswer.objects.filter(witness__in=_vkeys(witnesses))}
+    now = timezone.now()
+    deadline = float(settings.AUDIT_WITNESS_DEADLINE_SECONDS)
     asked: list[tuple[Witness, int]] = []
     for witness in witnesses:
-        if witness.vkey in cosigned:
+        if witness.vkey in cosigned or not _askable(answers.get(witness.vkey), head, now):
             continue
-        last = answers.get(witness.vkey)
-        if last is not None and last.size == head.size and last.outcome in REFUSALS:
-            continue  # the protocol: a refused request is not sent again
-        asked.append((witness, witness_cosigned_size(witness.vkey)))
+        if _claim(witness, now, now + timedelta(seconds=deadline + CLAIM_MARGIN_SECONDS)):
+            asked.append((witness, witness_cosigned_size(witness.vkey)))
     if not asked:
         return []
     head_size = head.size
-    submissions = checkpoint_submit(
-        head.note,
-        asked,
-        log_keys=seal.log_verifier_keys(),
-        consistency_proof=lambda old: seal.consistency_proof(old, head_size),
-        known_size=lambda named: AuditTreeHead.objects.filter(size=named).exists(),
-        deadline_seconds=float(settings.AUDIT_WITNESS_DEADLINE_SECONDS),
-    )
-    for submission in submissions:
-        _answer_keep(head, submission)
+    kept = 0
+    try:
+        submissions = checkpoint_submit(
+            head.note,
+            asked,
+            log_keys=seal.log_verifier_keys(),
+            consistency_proof=lambda old: seal.consistency_proof(old, head_size),
+            known_size=lambda named: AuditTreeHead.objects.filter(size=named).exists(),
+            deadline_seconds=deadline,
+        )
+        for submission in submissions:
+            _answer_keep(head, submission)
+            kept += 1
+    finally:
+        # Whatever went wrong before an answer was kept, the witnesses asked are free for the next task.
+        for witness, _old in asked[kept:]:
+            AuditWitnessAnswer.objects.filter(witness=witness.vkey).update(asking_until=None)
     return submissions
+
+
+def _askable(last: AuditWitnessAnswer | None, head: AuditTreeHead, now: datetime) -> bool:
+    """Whether a witness may be sent `head` now: never if it refused this same checkpoint (the protocol
+    says not to send a refused request again); not within AUDIT_WITNESS_RETRY_SECONDS of a refusal or of
+    a try it did not answer, so that a witness that is down costs a `deliveries` worker one deadline
+    now and then, not one per seal."""
+    if last is None or not last.outcome:
+        return True
+    refused = last.outcome in REFUSALS
+    if refused and last.size == head.size:
+        return False
+    if refused or last.outcome == Outcome.UNREACHABLE:
+        return now - last.answered_at >= timedelta(seconds=float(settings.AUDIT_WITNESS_RETRY_SECONDS))
+    return True
+
+
+def _claim(witness: Witness, now: datetime, until: datetime) -> bool:
+    """Take the witness for this task until `until`: tasks for heads sealed close together then do not
+    all wait on the same slow witness at once, nor race each other into its 409s."""
+    AuditWitnessAnswer.objects.get_or_create(witness=witness.vkey, defaults={"size": 0, "old_size": 0})
+    free = Q(asking_until__isnull=True) | Q(asking_until__lte=now)
+    return AuditWitnessAnswer.objects.filter(free, witness=witness.vkey).update(asking_until=until) == 1
 
 
 def _vkeys(witnesses: list[Witness]) -> list[str]:
@@ -105,6 +155,7 @@ def _answer_keep(head: AuditTreeHead, submission: Submission) -> None:
             "witness_size": submission.witness_size,
             "detail": submission.detail[:500],
             "answered_at": timezone.now(),
+            "asking_until": None,
         },
     )
     metrics.audit_witness_answered(witness.name, outcome=submission.outcome.value, status=submission.status)
@@ -176,6 +227,8 @@ def witnesses_report() -> dict[str, Any] | None:
     refusing, unreachable = [], []
     for witness in witnesses:
         answer = answers.get(witness.vkey)
+        if answer is not None and not answer.outcome:
+            answer = None  # asked for the first time just now: no answer yet
         entries[witness.name] = {
             "last_answer": answer.outcome if answer else None,
             "http_status": answer.http_status if answer else None,
@@ -206,5 +259,6 @@ def witnesses_report() -> dict[str, Any] | None:
 
 
 def retry_countdown(retries: int) -> float:
-    """Seconds before the task asks the witnesses that did not answer again: 10, 20, 40, ... up to 300."""
-    return float(min(RETRY_BACKOFF_MAX_SECONDS, 10 * 2**retries))
+    """Seconds before the task asks the witnesses that did not answer again: AUDIT_WITNESS_RETRY_SECONDS,
+    then twice that, and so on, up to 300."""
+    return float(min(RETRY_BACKOFF_MAX_SECONDS, max(1.0, float(settings.AUDIT_WITNESS_RETRY_SECONDS)) * 2**retries))
