@@ -166,7 +166,7 @@ async def _post(client: httpx.AsyncClient, url: str, body: bytes, deadline_secon
     try:
         return await asyncio.wait_for(_exchange(client, url, body), deadline_seconds)
     except (TimeoutError, httpx.TimeoutException):
-        return HttpAnswer(None, error=f"no whole answer within {deadline_seconds:g} s", failure="timeout")
+        return HttpAnswer(None, error=f"no whole answer within {round(deadline_seconds, 1):g} s", failure="timeout")
     except (httpx.HTTPError, OSError) as error:
         return HttpAnswer(None, error=f"{type(error).__name__}: {error}"[:300], failure="connection")
 
