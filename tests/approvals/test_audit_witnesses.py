@@ -21,10 +21,11 @@ from django.utils import timezone
 
 from approvals.audit import cosigning, seal, tlog, witnesses
 from approvals.audit.checks import audit_witnesses_check
+from approvals.core.digests import canonical_bytes
 from approvals.core.services import audit_record
-from approvals.models import AuditCosignature, AuditEvent, AuditTreeHead, AuditWitnessAnswer
+from approvals.models import AuditCosignature, AuditEvent, AuditRecord, AuditTreeHead, AuditWitnessAnswer, Preview
 from tests.c2sp import aics_tlog
-from tests.conftest import seal_all
+from tests.conftest import propose, seal_all
 from tests.operations.helpers import METRICS_TOKEN, closed_port, samples, scrape, value
 from tests.stuck_receivers import StuckReceiver
 from tests.witness_server import AicsWitness
@@ -291,49 +292,66 @@ def test_two_seals_are_cosigned_kept_published_and_verify_with_our_code_and_aics
 
 
 def test_quorum_two_with_one_witness_down_publishes_nothing_new_until_it_is_back(
-    transactional_db, alice, gateway, started, client, settings
+    transactional_db, alice, alice_agent, o12, gateway, started, client, settings
 ):
     first_peer = started("witness.test/w1", [(ORIGIN, gateway.log_vkey)])
     second_peer = started("witness.test/w2", [(ORIGIN, gateway.log_vkey)])
     gateway.configure(first_peer.entry(), second_peer.entry(), quorum=2)
-    gateway.seal(alice)
-    assert gateway.published_sizes() == [1]
+    first = gateway.seal(alice)
+    assert gateway.published_sizes() == [first.size]
 
     second_peer.stop()
     settings.AUDIT_WITNESS_LAG_MAX_SECONDS = 0  # any wait counts as lagging, for this test
-    gateway.seal(alice)
-    assert set(AuditCosignature.objects.filter(head_id=2).values_list("witness", flat=True)) == {first_peer.vkey}
-    assert gateway.published_sizes() == [1]  # no line for size 2
-    assert seal.latest_published_head().size == 1
+    response = propose(alice_agent, order_id="o-12", amount_minor=500, reason="damaged")
+    assert response.status_code == 201, response.json()
+    preview = Preview.objects.get(pk=response.json()["preview"]["id"])
+    middle = gateway.seal(alice)
+    assert set(AuditCosignature.objects.filter(head=middle).values_list("witness", flat=True)) == {first_peer.vkey}
+    assert gateway.published_sizes() == [first.size]  # no line for the head w2 did not cosign
+    assert seal.latest_published_head() == first
     served = client.get("/audit/checkpoint").content.decode()
-    assert tlog.checkpoint_parse(tlog.note_parse(served).text).size == 1
+    assert served == seal.checkpoint_note(first)
+    receipt = seal.preview_receipt(preview)  # sealed, but not published: the receipt waits for it
+    assert receipt["tree_head"]["size"] == first.size and receipt["records"] == []
+    assert receipt["unsealed_records"] == AuditRecord.objects.filter(preview=preview).count() > 0
     down = AuditWitnessAnswer.objects.get(witness=second_peer.vkey)
-    assert (down.outcome, down.size, down.http_status) == ("unreachable", 2, None)
+    assert (down.outcome, down.size, down.http_status) == ("unreachable", middle.size, None)
     assert "ConnectError" in down.detail
 
     body = _readyz(client)
     assert body["degraded"] == ["audit_witnesses"]
     report = body["audit_witnesses"]
     assert report["status"] == "degraded" and report["unreachable"] == ["witness.test/w2"]
-    assert (report["latest_size"], report["published_size"], report["lagging"]) == (2, 1, True)
+    assert (report["latest_size"], report["published_size"], report["lagging"]) == (middle.size, first.size, True)
     assert report["witnesses"]["witness.test/w2"] == {
         "last_answer": "unreachable",
         "http_status": None,
-        "cosigned_size": 1,
+        "cosigned_size": first.size,
     }
     parsed = _metrics(client)
-    assert value(parsed, "gateway_audit_unwitnessed_leaves") == 1
+    assert value(parsed, "gateway_audit_unwitnessed_leaves") == middle.size - first.size
     assert value(parsed, "gateway_audit_unpublished_seconds") >= 0
     assert value(parsed, "gateway_audit_witness_unanswered_total", witness="witness.test/w2", status="connection") >= 1
 
     second_peer.start()
     settings.AUDIT_WITNESS_LAG_MAX_SECONDS = 300
-    gateway.seal(alice)
-    assert gateway.published_sizes() == [1, 3]  # head 2 never had its quorum; 3 covers it
+    last = gateway.seal(alice)
+    assert gateway.published_sizes() == [
+        first.size,
+        last.size,
+    ]  # the middle head never had its quorum; this one covers it
     back = AuditWitnessAnswer.objects.get(witness=second_peer.vkey)
-    assert (back.outcome, back.size, back.old_size) == ("cosigned", 3, 1)  # a proof from 1 to 3
-    assert seal.latest_published_head().size == 3
+    assert (back.outcome, back.size, back.old_size) == ("cosigned", last.size, first.size)  # a proof from there
+    assert seal.latest_published_head() == last
     assert "degraded" not in _readyz(client)
+    receipt = seal.preview_receipt(preview)
+    assert receipt["tree_head"]["size"] == last.size and receipt["unsealed_records"] == 0
+    witness_keys = [tlog.verifier_key_parse(first_peer.vkey), tlog.verifier_key_parse(second_peer.vkey)]
+    for entry in receipt["records"]:
+        _proof, verified = tlog.tlog_proof_verify(
+            entry["tlog_proof"], canonical_bytes(entry["record"]), seal.log_verifier_keys(), witness_keys
+        )
+        assert sorted(key.name for key, _ in verified.cosigners) == ["witness.test/w1", "witness.test/w2"]
 
 
 def test_a_head_is_published_once_when_its_quorum_is_reached_whoever_cosigns_after(
@@ -654,3 +672,43 @@ def test_a_witness_down_never_fails_readiness_and_nothing_it_says_leaks(transact
     assert body["status"] == "ready" and body["degraded"] == ["audit_witnesses"]
     text = json.dumps(body)
     assert "127.0.0.1" not in text and "ConnectError" not in text and vkey not in text
+
+
+def test_a_malformed_witness_entry_is_reported_at_request_time_never_raised(db, client, gateway, settings):
+    settings.AUDIT_WITNESSES = ["not-a-witness", f"{_cosigner_vkey()}=https://w1.example/add-checkpoint"]
+    settings.AUDIT_WITNESS_QUORUM = 2
+    body = _readyz(client)
+    assert body["degraded"] == ["audit_witnesses"]
+    report = body["audit_witnesses"]
+    assert report["misconfigured"] is True and list(report["witnesses"]) == ["witness.test/w1"]
+    assert value(_metrics(client), "gateway_audit_witness_cosigned_size", witness="witness.test/w1") == 0
+
+
+@pytest.mark.postgres
+def test_a_deliveries_worker_collects_the_cosignatures_through_redis(
+    transactional_db, alice, gateway, started, settings
+):
+    if not settings.REDIS_URL:
+        pytest.skip("needs REDIS_URL")
+    from tests.workers import publishing_to, start_worker, stop, wait_for
+
+    peer = started("witness.test/w1", [(ORIGIN, gateway.log_vkey)])
+    gateway.configure(peer.entry())
+    worker = start_worker(
+        settings.REDIS_URL,
+        ("AUDIT_SIGNING_KEY", settings.AUDIT_SIGNING_KEY),
+        ("AUDIT_LOG_ORIGIN", ORIGIN),
+        ("AUDIT_WITNESSES", peer.entry()),
+        ("AUDIT_CHECKPOINT_FILE", settings.AUDIT_CHECKPOINT_FILE),
+        queues=["deliveries"],
+    )
+    try:
+        with publishing_to(settings.REDIS_URL):
+            head = gateway.seal(alice)
+            cosigned = wait_for(lambda: AuditCosignature.objects.filter(head=head).exists())
+    finally:
+        log = stop(worker)
+    assert cosigned, log[-3000:]
+    assert "approvals.cosign_audit_checkpoint[" in log, log[-3000:]
+    assert AuditCosignature.objects.get().witness == peer.vkey
+    assert gateway.published_sizes() == [head.size]  # by the worker, once the quorum (1) cosigned
