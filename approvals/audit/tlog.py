@@ -318,7 +318,9 @@ def tile_path(level: int | str, index: int, width: int = TILE_WIDTH) -> str:
     return f"tile/{level}/{tile_index_path(index)}{suffix}"
 
 
-TILE_PATH = re.compile(r"(?P<level>entries|0|[1-9][0-9]?)/(?P<index>(?:x[0-9]{3}/)*[0-9]{3})(?:\.p/(?P<width>[1-9][0-9]{0,2}))?")
+TILE_PATH = re.compile(
+    r"(?P<level>entries|0|[1-9][0-9]?)/(?P<index>(?:x[0-9]{3}/)*[0-9]{3})(?:\.p/(?P<width>[1-9][0-9]{0,2}))?"
+)
 
 
 def tile_path_parse(path: str) -> tuple[str, int, int]:
