@@ -9,6 +9,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -23,6 +24,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from approvals.audit import tlog
+from approvals.audit.evidence import GO_PROGRAM
 from approvals.audit.evidence_check import bundle_read, evidence_check, proof_file, record_file
 from approvals.audit.log import private_key_from, public_key_text, record_content
 from approvals.audit.seal import log_verifier_keys
@@ -246,6 +248,58 @@ def test_the_proofs_check_with_an_independent_implementation(executed, bundle_pa
     assert code == 0, report
     code, report = aics_tlog("verify-inclusion", *common, "--index", str(proof.index + 1))
     assert code != 0, report
+    wrong = tlog.verifier_key("127.0.0.1:8000/audit", forged_key()).text()
+    code, report = aics_tlog("verify-inclusion", *common[:-1], wrong, "--index", str(proof.index))
+    assert code != 0, report
+
+
+GO_MOD_SOURCES = Path("/usr/share/gocode/src/golang.org/x/mod/sumdb/tlog")  # Debian's golang-golang-x-mod-dev
+
+
+@pytest.mark.skipif(
+    shutil.which("go") is None or not GO_MOD_SOURCES.is_dir(),
+    reason="needs Go and golang.org/x/mod (Debian: apt-get install golang-go golang-golang-x-mod-dev)",
+)
+def test_the_readmes_go_program_checks_a_proof_with_gos_own_packages(executed, bundle_path, tmp_path):
+    """The Go program the README gives, built with Go's own golang.org/x/mod/sumdb/{note,tlog}."""
+    files = bundle_read(bundle_path)
+    program = tmp_path / "main.go"
+    program.write_text(GO_PROGRAM.read_text())
+    assert GO_PROGRAM.read_text() in files["README.txt"].decode()
+    env = {**os.environ, "GO111MODULE": "off", "GOPATH": f"/usr/share/gocode:{tmp_path / 'gopath'}"}
+    env.update(GOCACHE=str(tmp_path / "gocache"), GOFLAGS="", GOPROXY="off")
+    built = subprocess.run(
+        ["go", "build", "-o", str(tmp_path / "checkproof"), str(program)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stderr
+    confirmed = record_of(executed, "confirmed").pk
+    for name in (record_file(confirmed), proof_file(confirmed)):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_bytes(files[name])
+
+    def run(key: str, record: str, proof: str) -> subprocess.CompletedProcess[str]:
+        command = [str(tmp_path / "checkproof"), key, str(tmp_path / record), str(tmp_path / proof)]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+    done = run(note_keys()[0], record_file(confirmed), proof_file(confirmed))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"OK: {tmp_path / record_file(confirmed)} is leaf ")
+    wrong = tlog.verifier_key("127.0.0.1:8000/audit", forged_key()).text()
+    done = run(wrong, record_file(confirmed), proof_file(confirmed))
+    assert done.returncode == 1 and done.stderr.startswith("INVALID: the checkpoint: "), done.stderr
+    changed = files[record_file(confirmed)].replace(b"customer", b"Customer")
+    (tmp_path / record_file(confirmed)).write_bytes(changed)
+    done = run(note_keys()[0], record_file(confirmed), proof_file(confirmed))
+    assert done.returncode == 1 and "extra data is not" in done.stderr, done.stderr
+    proof = tlog.tlog_proof_parse(files[proof_file(confirmed)].decode())
+    forged = tlog.TlogProof(proof.index, proof.hashes, proof.checkpoint_note, changed).text()
+    (tmp_path / proof_file(confirmed)).write_text(forged)  # the extra made to match: the leaf is not in the tree
+    done = run(note_keys()[0], record_file(confirmed), proof_file(confirmed))
+    assert done.returncode == 1 and f"is not leaf {proof.index} of the tree of" in done.stderr, done.stderr
 
 
 # Who may take it ---------------------------------------------------------------------------------------

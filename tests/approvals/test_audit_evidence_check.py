@@ -182,8 +182,8 @@ def edited(files: dict[str, bytes], name: str, change) -> dict[str, bytes]:
     return with_manifest({**files, name: _json(value)})
 
 
-def problems(files, keys=(vkey(NEW_KEY),), witnesses=(), quorum=None) -> list[str]:
-    return evidence_check(files, list(keys), list(witnesses), quorum=quorum).problems
+def problems(files, keys=None, witnesses=(), quorum=None) -> list[str]:
+    return evidence_check(files, list(keys or [vkey(NEW_KEY)]), list(witnesses), quorum=quorum).problems
 
 
 def test_a_consistent_bundle_is_valid_and_says_what_is_informational():
@@ -220,7 +220,8 @@ def test_a_consistent_bundle_is_valid_and_says_what_is_informational():
         pytest.param(
             "consent.json",
             lambda v: v.update(required=False),
-            "consent.json says the customer's confirmation is not required; the digest's required_approvals say [\"customer\"]",
+            "consent.json says the customer's confirmation is not required; the digest's required_approvals "
+            'say ["customer"]',
             id="consent-not-required",
         ),
         pytest.param(
@@ -377,3 +378,30 @@ def test_a_verifier_key_whose_base64_holds_a_plus_is_read():
     key = vkey(NEW_KEY)
     assert "+" in key.text().split("+", 2)[2]
     assert tlog.verifier_key_parse(key.text()) == key
+
+
+def test_verify_evidence_takes_a_witness_policy(tmp_path):
+    from approvals.audit.evidence_check import verify
+
+    path = tmp_path / "evidence.zip"
+    path.write_bytes(_zip(bundle(Log(log_records(), witnesses=[("witness-a.example", WITNESS_A)]))))
+    a = witness_vkey("witness-a.example", WITNESS_A).text()
+    b = witness_vkey("witness-b.example", WITNESS_B).text()
+    key_file = tmp_path / "log.vkey"
+    key_file.write_text(vkey(OLD_KEY).text() + "\n" + vkey(NEW_KEY).text() + "\n")  # a file of keys
+
+    def check(witnesses, quorum):
+        out, err = io.StringIO(), io.StringIO()
+        code = verify(str(path), [str(key_file)], witnesses, quorum, out=out, err=err)
+        return code, out.getvalue().splitlines(), err.getvalue().splitlines()
+
+    code, out, _err = check([a, b], 1)
+    assert code == 0 and out[0].endswith(f"cosigned by witness-a.example+{a.split('+')[1]}.")
+    code, out, err = check([a, b], None)
+    assert (code, out) == (1, [])
+    assert err[0] == "INVALID: checkpoint.txt: 1 of the witnesses given cosigned its checkpoint, 2 are required"
+    code, _out, err = check([a], 2)
+    assert code == 1
+    assert err == [
+        "INVALID: can't check the bundle: --quorum 2 asks for more cosignatures than the 1 witness keys given"
+    ]
