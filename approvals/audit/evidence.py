@@ -38,8 +38,8 @@ class EvidenceNotSealed(Exception):
 
     def __init__(self, unsealed: int) -> None:
         super().__init__(
-            f"{unsealed} audit record(s) of this preview are not sealed yet; export again once the sealer has "
-            "sealed them (normally within a second)."
+            f"{unsealed} audit record(s) of this preview are not sealed into a published checkpoint yet; export "
+            "again in a moment (sealing takes about a second, witnesses' cosignatures a little longer)."
         )
         self.unsealed = unsealed
 
@@ -312,8 +312,12 @@ How to check it
    - The digest: `sha256sum digest-input.json` is preview.json's `digest`, and the `digest` in the
      `proposed` record's result and in the `approval_basis` of `confirmed` and `approved` records.
    - A record's leaf hash: `(printf '\\000'; cat records/<id>.json) | sha256sum`.
-   - A tlog proof: any C2SP tlog-proof verifier, or the Go program below, built on Go's
-     golang.org/x/mod/sumdb/note and golang.org/x/mod/sumdb/tlog.
+   - A tlog proof: any C2SP tlog-proof verifier; the Go program below, built on Go's
+     golang.org/x/mod/sumdb/note and golang.org/x/mod/sumdb/tlog; or `aics-tlog` (PyPI, Python 3.12+),
+     given the proof's hash lines and index:
+       sed -n '/^index /,/^$$/{/^index /d;/^$$/d;p;}' records/<id>.tlog-proof > hashes.txt
+       aics-tlog verify-inclusion --leaf records/<id>.json --proof hashes.txt \\
+         --index "$$(sed -n 's/^index //p' records/<id>.tlog-proof)" --checkpoint checkpoint.txt --log-key '<vkey>'
    - Each record's `preview` is $preview; consent.json, approvals.json and execution.json name the
      record (`record`) whose fields they repeat: compare them.
 

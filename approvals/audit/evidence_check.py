@@ -413,8 +413,6 @@ class _Checker:
                 entries.append(("consent.json", consent, "customer"))
             elif required:
                 self.note("consent.json: the customer has not confirmed (yet).")
-            if "passkey" in consent:
-                self.note("consent.json: its passkey signature is not checked by this version of the checker.")
         if approvals is not None:
             listed = approvals.get("approvals")
             if not isinstance(listed, list) or not all(isinstance(entry, dict) for entry in listed):
@@ -424,6 +422,8 @@ class _Checker:
                     entries.append((f"approvals.json's approval {number}", entry, "staff"))
         bound: set[int] = set()
         for where, entry, role in entries:
+            if "passkey" in entry:
+                self.note(f"{where}: its passkey signature is not checked by this version of the checker.")
             record_id = self._approval_bound(where, entry, role)
             if record_id is not None:
                 bound.add(record_id)

@@ -9,6 +9,7 @@ import hashlib
 import io
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -233,24 +234,31 @@ def test_the_checker_without_django_agrees(bundle_path):
 
 def test_the_proofs_check_with_an_independent_implementation(executed, bundle_path, tmp_path):
     """aics-tlog (another implementation of the C2SP formats, in .venv-c2sp) checks a record of the bundle
-    with its own code, from the files as a recipient unpacks them."""
-    from tests.c2sp import aics_tlog
+    with its own code, run exactly as the README tells the recipient, in the unpacked bundle."""
+    from tests.c2sp import C2SP_BIN, peers_missing
 
+    assert peers_missing() is None, peers_missing()
     files = bundle_read(bundle_path)
-    confirmed = record_of(executed, "confirmed")
-    proof = tlog.tlog_proof_parse(files[proof_file(confirmed.pk)].decode())
-    (tmp_path / "record.json").write_bytes(files[record_file(confirmed.pk)])
-    (tmp_path / "hashes.txt").write_text("".join(base64.b64encode(h).decode() + "\n" for h in proof.hashes))
-    (tmp_path / "checkpoint.txt").write_bytes(files["checkpoint.txt"])
-    common = ["--leaf", str(tmp_path / "record.json"), "--proof", str(tmp_path / "hashes.txt")]
-    common += ["--checkpoint", str(tmp_path / "checkpoint.txt"), "--log-key", note_keys()[0]]
-    code, report = aics_tlog("verify-inclusion", *common, "--index", str(proof.index))
-    assert code == 0, report
-    code, report = aics_tlog("verify-inclusion", *common, "--index", str(proof.index + 1))
-    assert code != 0, report
-    wrong = tlog.verifier_key("127.0.0.1:8000/audit", forged_key()).text()
-    code, report = aics_tlog("verify-inclusion", *common[:-1], wrong, "--index", str(proof.index))
-    assert code != 0, report
+    for name, content in files.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_bytes(content)
+    readme = files["README.txt"].decode().splitlines()
+    start = next(i for i, line in enumerate(readme) if line.strip().startswith("sed -n '/^index "))
+    script = "\n".join(line.strip() for line in readme[start : start + 3])
+    assert script.splitlines()[1].startswith("aics-tlog verify-inclusion")
+    confirmed = record_of(executed, "confirmed").pk
+
+    def run(key: str, record: int = confirmed) -> subprocess.CompletedProcess[str]:
+        command = script.replace("<id>", str(record)).replace("'<vkey>'", shlex.quote(key))
+        env = {**os.environ, "PATH": f"{C2SP_BIN}:{os.environ['PATH']}"}
+        return subprocess.run(["bash", "-ec", command], capture_output=True, text=True, cwd=tmp_path, env=env)
+
+    done = run(note_keys()[0])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout.splitlines()[-1])["ok"] is True
+    assert run(tlog.verifier_key("127.0.0.1:8000/audit", forged_key()).text()).returncode != 0
+    (tmp_path / record_file(confirmed)).write_bytes(files[record_file(confirmed)].replace(b"customer", b"Customer"))
+    assert run(note_keys()[0]).returncode != 0
 
 
 GO_MOD_SOURCES = Path("/usr/share/gocode/src/golang.org/x/mod/sumdb/tlog")  # Debian's golang-golang-x-mod-dev
@@ -332,7 +340,9 @@ def test_the_console_gives_the_bundle_to_the_previews_reviewers_only(executed, c
 def test_a_bundle_waits_for_the_seal(executed, alice_agent, tmp_path, settings, client):
     propose(alice_agent, order_id="o-12", amount_minor=500, reason="damaged")  # a record of another preview
     AuditRecord.objects.create(event="reviewers_notified", preview=executed, result={})  # not sealed
-    with pytest.raises(CommandError, match=r"1 audit record\(s\) of this preview are not sealed yet"):
+    with pytest.raises(
+        CommandError, match=r"1 audit record\(s\) of this preview are not sealed into a published checkpoint yet"
+    ):
         call_command("export_evidence", str(executed.pk), "-o", str(tmp_path / "early.zip"))
     assert not (tmp_path / "early.zip").exists()
 
@@ -342,7 +352,7 @@ def test_a_bundle_waits_for_the_seal(executed, alice_agent, tmp_path, settings, 
     client.force_login(reviewer)
     response = client.get(f"/console/previews/{executed.pk}/evidence")
     assert response.status_code == 503 and response["Retry-After"] == "1"
-    assert "not sealed yet" in response.content.decode()
+    assert "not sealed into a published checkpoint yet" in response.content.decode()
     with pytest.raises(CommandError, match="No preview 00000000-0000-0000-0000-000000000000"):
         call_command("export_evidence", "00000000-0000-0000-0000-000000000000", "-o", str(tmp_path / "x.zip"))
     with pytest.raises(CommandError, match="No preview not-a-uuid"):

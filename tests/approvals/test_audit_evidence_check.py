@@ -405,3 +405,11 @@ def test_verify_evidence_takes_a_witness_policy(tmp_path):
     assert err == [
         "INVALID: can't check the bundle: --quorum 2 asks for more cosignatures than the 1 witness keys given"
     ]
+
+
+def test_a_passkey_signature_is_said_to_be_unchecked():
+    """The place issue 32's passkey assertion takes: the checker says it does not check it (yet)."""
+    files = edited(bundle(), "consent.json", lambda v: v.update(passkey={"authenticator_data": "..."}))
+    check = evidence_check(files, [vkey(NEW_KEY)])
+    assert check.problems == []
+    assert "consent.json: its passkey signature is not checked by this version of the checker." in check.notes
