@@ -419,7 +419,10 @@ class _Checker:
                 self.problem("approvals.json holds no list of approvals")
             else:
                 for number, entry in enumerate(listed, 1):
-                    entries.append((f"approvals.json's approval {number}", entry, "staff"))
+                    if entry.get("role") in APPROVAL_EVENTS:
+                        entries.append((f"approvals.json's approval {number}", entry, entry["role"]))
+                    else:
+                        self.problem(f"approvals.json's approval {number} has no role of {sorted(APPROVAL_EVENTS)}")
         bound: set[int] = set()
         for where, entry, role in entries:
             if "passkey" in entry:

@@ -359,6 +359,25 @@ def test_a_bundle_waits_for_the_seal(executed, alice_agent, tmp_path, settings, 
         call_command("export_evidence", "not-a-uuid", "-o", str(tmp_path / "x.zip"))
 
 
+def test_a_declined_preview_has_a_bundle_too(alice, o12, alice_agent, tmp_path):
+    """Nothing was executed: the bundle proves the proposal and the customer's no."""
+    from approvals.core.services import preview_decline
+
+    response = propose(alice_agent, order_id="o-12", amount_minor=500, reason="damaged")
+    preview = Preview.objects.get(pk=response.json()["preview"]["id"])
+    preview_decline(preview_id=preview.pk, person=alice, role=ApprovalRole.CUSTOMER, digest=preview.digest)
+    seal_all()
+    path = export(preview, tmp_path / "declined.zip")
+    files = bundle_read(path)
+    assert json.loads(files["consent.json"]) == {"required": True, "given": False}
+    assert json.loads(files["execution.json"]) == {"outcome": None, "record": None, "status": "declined"}
+    assert json.loads(files["provider.json"])["references"] == {}
+    code, out, err = verify(path, *note_keys())
+    assert (code, err) == (0, []), err
+    assert out[0].startswith(f"Evidence valid: 2 audit records of preview {preview.pk}")
+    assert "Informational: consent.json: the customer has not confirmed (yet)." in out
+
+
 # Tampering, each refused with its own line ---------------------------------------------------------------
 
 
