@@ -581,10 +581,8 @@ def _check_heads(start: int, key: Ed25519PublicKey | None, summary: AuditSummary
 
 
 def _note_keys(key: Ed25519PublicKey | None) -> list[tlog.VerifierKey]:
-    keys = log_verifier_keys()
-    if key is not None:
-        keys.append(tlog.verifier_key(audit_origin(), key))
-    return keys
+    """The same keys as the heads' own signatures (the key given and the retired ones), as note keys."""
+    return [tlog.verifier_key(audit_origin(), public) for public in _head_keys(key)]
 
 
 def _head_keys(key: Ed25519PublicKey | None) -> list[Ed25519PublicKey]:
