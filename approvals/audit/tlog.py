@@ -107,7 +107,7 @@ def verifier_key(name: str, public_key: Ed25519PublicKey, signature_type: int = 
 
 def verifier_key_parse(text: str) -> VerifierKey:
     """`<name>+<hex key ID>+<base64(type || key)>`, Ed25519 note keys (0x01) and cosigner keys (0x04)."""
-    parts = text.strip().split("+")
+    parts = text.strip().split("+", 2)  # the name has no plus and the ID is hex; the base64 may hold some
     if len(parts) != 3:
         raise FormatError("a verifier key is <name>+<key ID>+<key>")
     name, hex_id, encoded = parts
@@ -225,6 +225,8 @@ def checkpoint_parse(text: str) -> Checkpoint:
     origin, size, root = lines[0], lines[1], lines[2]
     if not origin:
         raise FormatError("a checkpoint's origin is not empty")
+    if "" in lines[3:-1]:
+        raise FormatError("a checkpoint's extension lines are not empty")
     if not re.fullmatch(r"0|[1-9][0-9]*", size) or int(size) >= 1 << 63:
         raise FormatError("a checkpoint's size is a decimal with no leading zeroes")
     raw_root = _unb64(root, what="the checkpoint's root")
@@ -318,7 +320,9 @@ def tile_path(level: int | str, index: int, width: int = TILE_WIDTH) -> str:
     return f"tile/{level}/{tile_index_path(index)}{suffix}"
 
 
-TILE_PATH = re.compile(r"(?P<level>entries|0|[1-9][0-9]?)/(?P<index>(?:x[0-9]{3}/)*[0-9]{3})(?:\.p/(?P<width>[1-9][0-9]{0,2}))?")
+TILE_PATH = re.compile(
+    r"(?P<level>entries|0|[1-9][0-9]?)/(?P<index>(?:x[0-9]{3}/)*[0-9]{3})(?:\.p/(?P<width>[1-9][0-9]{0,2}))?"
+)
 
 
 def tile_path_parse(path: str) -> tuple[str, int, int]:
