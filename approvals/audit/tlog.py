@@ -107,7 +107,7 @@ def verifier_key(name: str, public_key: Ed25519PublicKey, signature_type: int = 
 
 def verifier_key_parse(text: str) -> VerifierKey:
     """`<name>+<hex key ID>+<base64(type || key)>`, Ed25519 note keys (0x01) and cosigner keys (0x04)."""
-    parts = text.strip().split("+", 2)  # the name has no plus and the ID is hex; the base64 may hold some
+    parts = text.strip().split("+", 2)  # the base64 key may hold pluses itself
     if len(parts) != 3:
         raise FormatError("a verifier key is <name>+<key ID>+<key>")
     name, hex_id, encoded = parts
