@@ -3,13 +3,14 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView
 
 from approvals.agents.mcp_server import mcp_endpoint
 from approvals.console.selectors import console_access
 from approvals.console.slack_views import slack_interactions
 from approvals.core.registry import registry
+from approvals.site import transparency
 from approvals.site.login import ThrottledLoginView
 
 
@@ -37,6 +38,9 @@ urlpatterns = [
     path("console/payments/", include("refunds.console_urls")),
     path("payments/", include("refunds.payment_urls")),
     path("integrations/slack/interactions", slack_interactions, name="slack_interactions"),
+    path("audit/checkpoint", transparency.checkpoint, name="audit_checkpoint"),
+    re_path(r"^audit/tile/entries/(?P<path>.+)$", transparency.entries, name="audit_entries"),
+    re_path(r"^audit/tile/(?P<path>.+)$", transparency.tile, name="audit_tile"),
 ]
 if settings.ADMIN_ENABLED:
     urlpatterns.append(path("admin/", admin.site.urls))

@@ -22,11 +22,13 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pymerkle import BaseMerkleTree, InclusionProof, InvalidProof, verify_consistency, verify_inclusion
 
+from approvals.audit import tlog
 from approvals.core.digests import AuditEncodingError, canonical_bytes
 
 # Signed tree heads name the log they belong to, so that a signature made for one can't be used for another.
 LOG_ID = "approval-gateway-audit/v1"
-RECEIPT_FORMAT = "approval-gateway-audit-receipt/v1"
+RECEIPT_FORMAT = "approval-gateway-audit-receipt/v2"
+RECEIPT_FORMAT_V1 = "approval-gateway-audit-receipt/v1"  # pymerkle's proofs; still checked
 EMPTY_ROOT = hashlib.sha256(b"").digest()  # RFC 9162: the hash of an empty tree
 
 
@@ -192,13 +194,15 @@ class ReceiptCheck:
 def receipt_check(receipt: Any, public_key: Ed25519PublicKey) -> ReceiptCheck:
     """Check a receipt (the JSON that GET /api/agent/previews/<id>/receipt gives): the tree head is
     signed by `public_key`, the receipt names its preview and every record is about it, and every
-    record, hashed as it is given, is a leaf of that tree (its inclusion proof leads from the record's
-    leaf hash to the signed root)."""
+    record, hashed as it is given, is a leaf of that tree. A v2 receipt's records are checked by their
+    c2sp.org/tlog-proof@v1 (against the checkpoint note, signed by the same key); a v1 receipt's by
+    pymerkle's inclusion proofs."""
     problems: list[str] = []
     try:
         head, records = receipt["tree_head"], receipt["records"]
-        if receipt.get("format") != RECEIPT_FORMAT:
-            problems.append(f"unknown receipt format {receipt.get('format')!r}")
+        receipt_format = receipt.get("format")
+        if receipt_format not in (RECEIPT_FORMAT, RECEIPT_FORMAT_V1):
+            problems.append(f"unknown receipt format {receipt_format!r}")
         if not tree_head_signature_valid(public_key, head):
             problems.append("the tree head is not signed by this key")
         root, size = bytes.fromhex(head["root_hash"]), int(head["size"])
@@ -217,16 +221,57 @@ def receipt_check(receipt: Any, public_key: Ed25519PublicKey) -> ReceiptCheck:
             if not 0 <= index < size:
                 problems.append(f"{where} lies outside the tree of {size} leaves")
                 continue
-            try:
-                # The proof must be for this leaf index in this tree size (pymerkle checks its layout too).
-                proof = InclusionProof.deserialize(entry["inclusion_proof"])
-                verify_inclusion(leaf_hash(content), root, proof, index=index + 1, size=size, algorithm="sha256")
-            except InvalidProof as error:
-                problems.append(f"{where} is not in the signed tree ({error})")
+            if receipt_format == RECEIPT_FORMAT_V1:
+                problems += _v1_inclusion_problems(where, entry, content, root, index, size)
+            else:
+                problems += _tlog_proof_problems(where, entry, content, public_key, root, index, size)
     except (KeyError, IndexError, TypeError, ValueError, AttributeError, AuditEncodingError) as error:
         problems.append(f"malformed receipt: {error!r}")
         return ReceiptCheck(False, tuple(problems), 0)
     return ReceiptCheck(not problems, tuple(problems), len(records))
+
+
+def _v1_inclusion_problems(
+    where: str, entry: dict[str, Any], content: dict[str, Any], root: bytes, index: int, size: int
+) -> list[str]:
+    try:
+        # The proof must be for this leaf index in this tree size (pymerkle checks its layout too).
+        proof = InclusionProof.deserialize(entry["inclusion_proof"])
+        verify_inclusion(leaf_hash(content), root, proof, index=index + 1, size=size, algorithm="sha256")
+    except InvalidProof as error:
+        return [f"{where} is not in the signed tree ({error})"]
+    return []
+
+
+def _tlog_proof_problems(
+    where: str,
+    entry: dict[str, Any],
+    content: dict[str, Any],
+    public_key: Ed25519PublicKey,
+    root: bytes,
+    index: int,
+    size: int,
+) -> list[str]:
+    try:
+        proof = tlog.tlog_proof_parse(entry["tlog_proof"])
+        origin = tlog.checkpoint_parse(tlog.note_parse(proof.checkpoint_note).text).origin
+        entry_bytes = canonical_bytes(content)
+        _proof, verified = tlog.tlog_proof_verify(
+            entry["tlog_proof"], entry_bytes, [tlog.verifier_key(origin, public_key)]
+        )
+    except tlog.FormatError as error:
+        return [f"{where}: its tlog proof does not hold ({error})"]
+    problems = []
+    listed = entry.get("inclusion_proof")
+    if not isinstance(listed, list) or [_b64decode(str(node)) for node in listed] != list(proof.hashes):
+        problems.append(f"{where}: its inclusion proof is not its tlog proof's")
+    if proof.index != index:
+        problems.append(f"{where}: its tlog proof is for leaf {proof.index}")
+    if proof.extra is not None and proof.extra != entry_bytes:
+        problems.append(f"{where}: its tlog proof carries another record")
+    if (verified.checkpoint.size, verified.checkpoint.root) != (size, root):
+        problems.append(f"{where}: its tlog proof's checkpoint is not the receipt's tree head")
+    return problems
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,10 +27,10 @@ second sealer skips its turn), and the leaf indexes and tree sizes are primary k
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
-import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
@@ -39,21 +39,24 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Exists, Max, OuterRef, Q
+from django.db.models import Count, Exists, Max, OuterRef, Q
 
+from approvals.audit import tlog
 from approvals.audit.log import (
     EMPTY_ROOT,
     RECEIPT_FORMAT,
-    LeafTree,
     leaf_hash,
     now_ms,
     private_key_from,
+    public_key_from,
     public_key_text,
     record_content,
     sign_tree_head,
     tree_head_signature_valid,
 )
-from approvals.models import AuditLeaf, AuditRecord, AuditTreeHead, Preview
+from approvals.audit.tiles import stored_tree, tiles_extend
+from approvals.core.digests import canonical_bytes
+from approvals.models import AuditLeaf, AuditRecord, AuditTreeHead, AuditVerification, Preview
 from approvals.operations.publish import DELIVER_AUDIT_CHECKPOINT, task_publish
 
 logger = logging.getLogger(__name__)
@@ -72,63 +75,80 @@ class AuditTreeBroken(Exception):
 
 
 @cache
-def _private_key(text: str) -> Ed25519PrivateKey:
-    return private_key_from(text)
+def _private_keys(text: str) -> tuple[Ed25519PrivateKey, ...]:
+    return tuple(private_key_from(part) for part in text.split(",") if part.strip())
+
+
+def signing_keys() -> list[Ed25519PrivateKey]:
+    """The Ed25519 keys of AUDIT_SIGNING_KEY: one, or two during a key rotation (the new one first).
+    Every checkpoint is signed by each of them."""
+    text = settings.AUDIT_SIGNING_KEY
+    return list(_private_keys(text)) if text else []
 
 
 def signing_key() -> Ed25519PrivateKey | None:
-    """The Ed25519 key from AUDIT_SIGNING_KEY, or None when it is not set."""
-    text = settings.AUDIT_SIGNING_KEY
-    return _private_key(text) if text else None
+    """The key tree heads' own (JSON) signatures are made with: the first of AUDIT_SIGNING_KEY's."""
+    keys = signing_keys()
+    return keys[0] if keys else None
 
 
 def public_key() -> Ed25519PublicKey | None:
-    """The public half of AUDIT_SIGNING_KEY, the key tree heads are checked against by default."""
+    """The public half of signing_key(), the key tree heads are checked against by default."""
     key = signing_key()
     return key.public_key() if key else None
 
 
-# The tree, kept between seals ------------------------------------------------------------------
-
-_tree_lock = threading.RLock()
-_tree = LeafTree()
+def audit_origin() -> str:
+    return settings.AUDIT_LOG_ORIGIN
 
 
-def _forget_tree() -> None:
-    global _tree
-    _tree = LeafTree()
-
-
-def _tree_at(head: AuditTreeHead | None) -> LeafTree:
-    """This process's copy of the tree, holding exactly the leaves the latest head signs. Leaves are read
-    once and kept (pymerkle keeps the roots of large subtrees with them, so a new root or a proof costs
-    a few hashes); a copy that does not match the head is read again from the start. Hold _tree_lock."""
-    size = head.size if head else 0
-    for _attempt in range(2):
-        if _tree.size > size:
-            _forget_tree()
-        if _tree.size < size:
-            _tree.extend(_leaf_hashes(_tree.size, size))
-        if _tree.root(size).hex() == (head.root_hash if head else EMPTY_ROOT.hex()):
-            return _tree
-        _forget_tree()
-    raise AuditTreeBroken(f"the leaves do not match the latest tree head (size {size})")
-
-
-def _leaf_hashes(start: int, stop: int) -> Iterator[bytes]:
-    expected = start
-    leaves = AuditLeaf.objects.filter(index__gte=start, index__lt=stop).order_by("index")
-    for index, digest in leaves.values_list("index", "leaf_hash").iterator(chunk_size=10000):
-        if index != expected:
-            raise AuditTreeBroken(f"leaf {expected} is missing")
-        expected += 1
-        yield bytes.fromhex(digest)
-    if expected != stop:
-        raise AuditTreeBroken(f"leaf {expected} is missing")
+def log_verifier_keys() -> list[tlog.VerifierKey]:
+    """The note verifier keys of the log (name = origin): the signing keys' and the retired ones'."""
+    publics = [key.public_key() for key in signing_keys()]
+    publics += [public_key_from(text) for text in settings.AUDIT_SIGNING_KEYS_RETIRED if text.strip()]
+    keys: list[tlog.VerifierKey] = []
+    for public in publics:
+        vkey = tlog.verifier_key(audit_origin(), public)
+        if vkey not in keys:
+            keys.append(vkey)
+    return keys
 
 
 def latest_head() -> AuditTreeHead | None:
     return AuditTreeHead.objects.order_by("-size").first()
+
+
+def latest_published_head() -> AuditTreeHead | None:
+    """The latest tree head the log stands by in public: with witnesses configured, the latest one that
+    AUDIT_WITNESS_QUORUM of them cosigned; without, the latest."""
+    witnesses = [entry.split("=", 1)[0].strip() for entry in settings.AUDIT_WITNESSES]  # their vkeys
+    if not witnesses:
+        return latest_head()
+    quorum = settings.AUDIT_WITNESS_QUORUM
+    return (
+        AuditTreeHead.objects.annotate(cosigned=Count("cosignatures", filter=Q(cosignatures__witness__in=witnesses)))
+        .filter(cosigned__gte=quorum)
+        .order_by("-size")
+        .first()
+    )
+
+
+def checkpoint_note(head: AuditTreeHead) -> str:
+    """The head's checkpoint note with the witnesses' cosignature lines after the log's signatures."""
+    lines = "".join(line if line.endswith("\n") else line + "\n" for line in _cosignature_lines(head))
+    return head.note + lines
+
+
+def _cosignature_lines(head: AuditTreeHead) -> list[str]:
+    return list(head.cosignatures.order_by("witness").values_list("line", flat=True))
+
+
+def inclusion_proof(index: int, size: int) -> list[bytes]:
+    return stored_tree(size).inclusion_proof(index, size)
+
+
+def consistency_proof(old_size: int, new_size: int) -> list[bytes]:
+    return stored_tree(new_size).consistency_proof(old_size, new_size)
 
 
 # Sealing -----------------------------------------------------------------------------------------
@@ -137,33 +157,28 @@ def latest_head() -> AuditTreeHead | None:
 def audit_seal(*, batch_size: int = SEAL_BATCH_SIZE) -> int:
     """Seal every record that can be sealed now, a batch per transaction; returns how many were sealed.
     Without AUDIT_SIGNING_KEY nothing is sealed (and an error is logged)."""
-    key = signing_key()
-    if key is None:
+    keys = signing_keys()
+    if not keys:
         logger.error("AUDIT_SIGNING_KEY is not set: audit records are not sealed")
         return 0
     total = 0
     while True:
-        sealed = _seal_batch(key, batch_size)
+        sealed = _seal_batch(keys, batch_size)
         total += sealed
         if sealed < batch_size:
             return total
 
 
-def _seal_batch(key: Ed25519PrivateKey, batch_size: int) -> int:
-    with _tree_lock:
-        try:
-            with transaction.atomic():
-                return _seal_batch_locked(key, batch_size)
-        except IntegrityError:
-            # Another sealer took these leaf indexes first (SQLite has no advisory lock): its turn.
-            _forget_tree()
-            return 0
-        except BaseException:
-            _forget_tree()  # the copy may hold leaves of the seal that was just rolled back
-            raise
+def _seal_batch(keys: list[Ed25519PrivateKey], batch_size: int) -> int:
+    try:
+        with transaction.atomic():
+            return _seal_batch_locked(keys, batch_size)
+    except IntegrityError:
+        # Another sealer took these leaf indexes first (SQLite has no advisory lock): its turn.
+        return 0
 
 
-def _seal_batch_locked(key: Ed25519PrivateKey, batch_size: int) -> int:
+def _seal_batch_locked(keys: list[Ed25519PrivateKey], batch_size: int) -> int:
     postgres = connection.vendor == "postgresql"
     if postgres:
         with connection.cursor() as cursor:
@@ -195,26 +210,27 @@ def _seal_batch_locked(key: Ed25519PrivateKey, batch_size: int) -> int:
             horizon = records[-1].transaction_id  # the rest, from this transaction on, go in the next batch
         if own is not None:
             horizon = min(horizon, own)  # this transaction may still add records: later seals look again
-    tree = _tree_at(head)
+    if stored_tree(size).root().hex() != (head.root_hash if head else EMPTY_ROOT.hex()):
+        raise AuditTreeBroken(f"the stored tiles do not match the latest tree head (size {size})")
     leaves = [
         AuditLeaf(index=size + offset, record_id=record.pk, leaf_hash=leaf_hash(record_content(record)).hex())
         for offset, record in enumerate(records)
     ]
     AuditLeaf.objects.bulk_create(leaves)
-    tree.extend(bytes.fromhex(leaf.leaf_hash) for leaf in leaves)
+    tiles_extend(size, [bytes.fromhex(leaf.leaf_hash) for leaf in leaves])
     new_size = size + len(leaves)
-    root = tree.root(new_size).hex()
+    root = stored_tree(new_size).root()
     timestamp = max(now_ms(), head.timestamp if head else 0)
     new_head = AuditTreeHead.objects.create(
         size=new_size,
-        root_hash=root,
+        root_hash=root.hex(),
         timestamp=timestamp,
-        signature=sign_tree_head(key, size=new_size, root_hash=root, timestamp=timestamp),
-        public_key=public_key_text(key),
+        signature=sign_tree_head(keys[0], size=new_size, root_hash=root.hex(), timestamp=timestamp),
+        public_key=public_key_text(keys[0]),
+        note=tlog.checkpoint_sign(tlog.Checkpoint(audit_origin(), new_size, root), keys).serialize(),
         horizon=max(horizon, head.horizon if head else 0),
     )
-    checkpoint = new_head.as_checkpoint()
-    transaction.on_commit(lambda: checkpoint_publish(checkpoint))
+    transaction.on_commit(lambda: checkpoint_sealed(new_head))
     return len(records)
 
 
@@ -246,6 +262,22 @@ def seal_lag_seconds() -> float:
 
 
 # Publishing checkpoints --------------------------------------------------------------------------
+
+
+def checkpoint_sealed(head: AuditTreeHead) -> None:
+    """A new tree head committed: without witnesses it is published at once; with them, once enough of
+    them cosigned it (approvals.audit.witnesses)."""
+    if settings.AUDIT_WITNESSES:
+        import importlib
+
+        importlib.import_module("approvals.audit.witnesses").cosignatures_request(head.size)
+    else:
+        checkpoint_publish(published_checkpoint(head))
+
+
+def published_checkpoint(head: AuditTreeHead) -> dict[str, Any]:
+    """A tree head as published (file, webhooks): its signed fields and its note with the cosignatures."""
+    return {**head.as_checkpoint(), "note": checkpoint_note(head)}
 
 
 def checkpoint_publish(checkpoint: dict[str, Any]) -> None:
@@ -301,29 +333,35 @@ def checkpoints_read(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 def preview_receipt(preview: Preview) -> dict[str, Any]:
-    """The preview's audit records with their inclusion proofs against the latest signed tree head.
-    Records not sealed yet are counted (`unsealed_records`); ask again a second later for them."""
+    """The preview's audit records, each with its inclusion proof and its c2sp.org/tlog-proof@v1 against
+    the latest published tree head. Records not sealed (or not published) yet are counted in
+    `unsealed_records`; ask again a second later for them."""
     records = list(AuditRecord.objects.filter(preview=preview).select_related("leaf").order_by("id"))
-    with _tree_lock:
-        head = latest_head()
-        entries = []
-        if head is not None:
-            tree = _tree_at(head)
-            for record in records:
-                leaf = record.leaf if _has_leaf(record) else None
-                if leaf is None or leaf.index >= head.size:
-                    continue
-                entries.append(
-                    {
-                        "leaf_index": leaf.index,
-                        "record": record_content(record),
-                        "inclusion_proof": tree.inclusion_proof(leaf.index, head.size),
-                    }
-                )
+    head = latest_published_head()
+    entries = []
+    tree_head = None
+    if head is not None:
+        note = checkpoint_note(head)
+        tree_head = {**head.as_checkpoint(), "note": note}
+        tree = stored_tree(head.size)
+        for record in records:
+            leaf = record.leaf if _has_leaf(record) else None
+            if leaf is None or leaf.index >= head.size:
+                continue
+            content = record_content(record)
+            proof = tree.inclusion_proof(leaf.index, head.size)
+            entries.append(
+                {
+                    "leaf_index": leaf.index,
+                    "record": content,
+                    "inclusion_proof": [base64.b64encode(node).decode() for node in proof],
+                    "tlog_proof": tlog.TlogProof(leaf.index, tuple(proof), note, canonical_bytes(content)).text(),
+                }
+            )
     return {
         "format": RECEIPT_FORMAT,
         "preview": str(preview.pk),
-        "tree_head": head.as_checkpoint() if head else None,
+        "tree_head": tree_head,
         "records": entries,
         "unsealed_records": len(records) - len(entries),
     }
@@ -360,32 +398,81 @@ class AuditSummary:
 
 
 def audit_verify(
-    *, public_key: Ed25519PublicKey | None, checkpoints: Iterable[tuple[int, dict[str, Any]]] = ()
+    *,
+    public_key: Ed25519PublicKey | None,
+    checkpoints: Iterable[tuple[int, dict[str, Any]]] = (),
+    full: bool = False,
 ) -> AuditSummary:
-    """Check the audit log; stops at the first inconsistency (`summary.problem`):
-    every record against its leaf hash, the leaves against every stored tree head (signature, root,
-    consistency with the head before), then the published checkpoints against the database."""
+    """Check the audit log; stops at the first inconsistency (`summary.problem`): every record against its
+    leaf and the tiles, each tile against the level above, every tree head (its signatures, its root from
+    the tiles), then the published checkpoints against the tiles. It starts where the last run that found
+    the log intact ended (AuditVerification) unless `full`; the tiles below it are still checked against
+    that run's root, but records below it are not read again."""
     summary = AuditSummary()
-    tree = LeafTree()
-    problem = _check_leaves(tree)
-    summary.leaves = tree.size
-    if problem is None:
-        problem = _check_heads(tree, public_key, summary)
-    if problem is None:
-        problem = _check_checkpoints(tree, public_key, checkpoints, summary)
-    summary.problem = problem
+    start = 0
+    if not full:
+        last = AuditVerification.objects.order_by("-size", "-verified_at").first()
+        if last is not None:
+            start = last.size
+            summary.notes.append(
+                f"records from leaf {start} on were read (the last verified checkpoint); --full reads all"
+            )
+            reader = _cached_tile_reader()
+            if tlog.TreeHashes(reader, start).root().hex() != last.root_hash:
+                summary.problem = AuditProblem(
+                    f"the tiles no longer give the root verified for size {start}: run verify_audit --full", None
+                )
+                return summary
+    summary.problem = _check_log(start, public_key, checkpoints, summary)
     summary.unsealed = AuditRecord.objects.filter(~Exists(AuditLeaf.objects.filter(record_id=OuterRef("pk")))).count()
+    if summary.problem is None:
+        head = latest_head()
+        if head is not None and (start == 0 or head.size > start):
+            AuditVerification.objects.create(size=head.size, root_hash=head.root_hash)
     return summary
 
 
-def _check_leaves(tree: LeafTree) -> AuditProblem | None:
-    expected = 0
-    chunk: list[tuple[int, int, str]] = []
-    leaves = AuditLeaf.objects.order_by("index").values_list("index", "record_id", "leaf_hash")
+def _check_log(
+    start: int,
+    key: Ed25519PublicKey | None,
+    checkpoints: Iterable[tuple[int, dict[str, Any]]],
+    summary: AuditSummary,
+) -> AuditProblem | None:
+    problem = _check_leaves_and_tiles(start, summary)
+    if problem is None:
+        problem = _check_heads(start, key, summary)
+    if problem is None:
+        problem = _check_checkpoints(key, checkpoints, summary)
+    return problem
 
-    def check(rows: list[tuple[int, int, str]]) -> AuditProblem | None:
+
+def _cached_tile_reader() -> tlog.TileReader:
+    """Tiles read once for many roots: heads come in size order, so the few tiles at the edge repeat."""
+    from functools import lru_cache
+
+    return lru_cache(maxsize=512)(lambda level, index: _read_stored_tile(level, index))
+
+
+def _read_stored_tile(level: int, index: int) -> bytes:
+    from approvals.models import AuditTile
+
+    hashes = AuditTile.objects.filter(level=level, index=index).values_list("hashes", flat=True).first()
+    return bytes(hashes) if hashes is not None else b""
+
+
+def _check_leaves_and_tiles(start: int, summary: AuditSummary) -> AuditProblem | None:
+    """Records against their leaves and the level-0 tiles from `start` on; then each full tile's root
+    against its place in the level above, up to the top."""
+    width = tlog.TILE_WIDTH
+    expected = start
+    first_tile = start // width
+    leaves = AuditLeaf.objects.filter(index__gte=start).order_by("index").values_list("index", "record_id", "leaf_hash")
+    roots: list[bytes] = []  # of the full level-0 tiles from start's on
+
+    def check_tile(number: int, rows: list[tuple[int, int, str]]) -> AuditProblem | None:
         nonlocal expected
         records = AuditRecord.objects.in_bulk([record_id for _index, record_id, _digest in rows])
+        tile = _read_stored_tile(0, number)
         for index, record_id, digest in rows:
             if index != expected:
                 return AuditProblem(f"leaf {expected} is missing (the next leaf is {index})", expected)
@@ -394,23 +481,65 @@ def _check_leaves(tree: LeafTree) -> AuditProblem | None:
                 return AuditProblem(f"record {record_id} of leaf {index} is missing", index)
             if leaf_hash(record_content(record)).hex() != digest:
                 return AuditProblem(f"record {record_id} (leaf {index}) was changed after it was sealed", index)
-            tree.extend([bytes.fromhex(digest)])
+            at = (index % width) * tlog.HASH_SIZE
+            if tile[at : at + tlog.HASH_SIZE].hex() != digest:
+                return AuditProblem(f"leaf {index} does not match its hash in tile 0/{number}", index)
             expected += 1
+        if len(tile) == width * tlog.HASH_SIZE:
+            roots.append(_tile_root(tile))
         return None
 
-    for row in leaves.iterator(chunk_size=2000):
-        chunk.append(row)
-        if len(chunk) == 2000:
-            problem = check(chunk)
+    pending: list[tuple[int, int, str]] = []
+    for row in leaves.iterator(chunk_size=2048):
+        if pending and row[0] // width != pending[0][0] // width:
+            problem = check_tile(pending[0][0] // width, pending)
             if problem:
                 return problem
-            chunk = []
-    return check(chunk) if chunk else None
+            pending = []
+        pending.append(row)
+    if pending:
+        problem = check_tile(pending[0][0] // width, pending)
+        if problem:
+            return problem
+    held = len(_read_stored_tile(0, expected // width)) // tlog.HASH_SIZE
+    if held > expected % width:
+        return AuditProblem(
+            f"leaves from {expected} on are missing (the tiles hold {expected // width * width + held})", expected
+        )
+    summary.leaves = expected
+    return _check_upper_tiles(first_tile, roots, expected)
 
 
-def _check_heads(tree: LeafTree, key: Ed25519PublicKey | None, summary: AuditSummary) -> AuditProblem | None:
-    previous: AuditTreeHead | None = None
-    for head in AuditTreeHead.objects.order_by("size").iterator(chunk_size=2000):
+def _tile_root(tile: bytes) -> bytes:
+    return tlog.subtree_root([tile[i : i + tlog.HASH_SIZE] for i in range(0, len(tile), tlog.HASH_SIZE)])
+
+
+def _check_upper_tiles(first: int, roots: list[bytes], size: int) -> AuditProblem | None:
+    """`roots` are the roots of the full tiles `first`, `first + 1`, ... of the level below: each must be the
+    hash at its place in this level's tiles, and this level's full tiles go up in turn."""
+    width = tlog.TILE_WIDTH
+    read = _cached_tile_reader()
+    for level in range(1, 64):
+        full, partial = tlog.tile_widths(size, level)
+        for position, root in enumerate(roots, first):
+            number, at = divmod(position, width)
+            tile = read(level, number)
+            if tile[at * tlog.HASH_SIZE : (at + 1) * tlog.HASH_SIZE] != root:
+                return AuditProblem(f"tile {level}/{number} does not match the tiles below it", position * width**level)
+        if len(read(level, full)) > partial * tlog.HASH_SIZE:
+            return AuditProblem(f"tile {level}/{full} holds more than the tree of {size} leaves needs", size)
+        if full == 0:
+            return None
+        first //= width
+        roots = [_tile_root(read(level, number)) for number in range(first, full)]
+    return None
+
+
+def _check_heads(start: int, key: Ed25519PublicKey | None, summary: AuditSummary) -> AuditProblem | None:
+    reader = _cached_tile_reader()
+    note_keys = _note_keys(key)
+    previous: AuditTreeHead | None = AuditTreeHead.objects.filter(size__lt=start).order_by("-size").first()
+    for head in AuditTreeHead.objects.filter(size__gte=start).order_by("size").iterator(chunk_size=2000):
         summary.heads += 1
         trusted_from = previous.size if previous else 0
         if key is None:
@@ -421,28 +550,28 @@ def _check_heads(tree: LeafTree, key: Ed25519PublicKey | None, summary: AuditSum
                 f"{head.size - 1} can't be trusted",
                 trusted_from,
             )
-        if head.size > tree.size:
+        if head.note and not _note_matches(head.note, note_keys, head.size, head.root_hash):
             return AuditProblem(
-                f"tree head of size {head.size} was signed, but the tree has {tree.size} leaves: "
-                f"leaves from {tree.size} on are missing",
-                tree.size,
+                f"the checkpoint note of tree head {head.size} is not signed by the audit key or names another tree",
+                trusted_from,
             )
-        if tree.root(head.size).hex() != head.root_hash:
+        if head.size > summary.leaves:
+            return AuditProblem(
+                f"tree head of size {head.size} was signed, but the tree has {summary.leaves} leaves: "
+                f"leaves from {summary.leaves} on are missing",
+                summary.leaves,
+            )
+        if tlog.TreeHashes(reader, head.size).root().hex() != head.root_hash:
             return AuditProblem(
                 f"tree head of size {head.size} does not match the leaves: a leaf from {trusted_from} to "
                 f"{head.size - 1} was changed",
                 trusted_from,
             )
-        if previous is not None:
-            if head.timestamp < previous.timestamp:
-                return AuditProblem(f"tree head of size {head.size} is older than the head before it", trusted_from)
-            if not tree.consistency_holds(previous.size, head.size):
-                return AuditProblem(
-                    f"tree heads of sizes {previous.size} and {head.size} are not consistent", trusted_from
-                )
+        if previous is not None and head.timestamp < previous.timestamp:
+            return AuditProblem(f"tree head of size {head.size} is older than the head before it", trusted_from)
         previous = head
     latest = previous.size if previous else 0
-    if tree.size > latest:
+    if summary.leaves > latest:
         return AuditProblem(
             f"leaves from {latest} on have no signed tree head (the latest has size {latest}): tree heads were removed",
             latest,
@@ -450,12 +579,28 @@ def _check_heads(tree: LeafTree, key: Ed25519PublicKey | None, summary: AuditSum
     return None
 
 
+def _note_keys(key: Ed25519PublicKey | None) -> list[tlog.VerifierKey]:
+    keys = log_verifier_keys()
+    if key is not None:
+        keys.append(tlog.verifier_key(audit_origin(), key))
+    return keys
+
+
+def _note_matches(note: str, keys: list[tlog.VerifierKey], size: int, root_hash: str) -> bool:
+    try:
+        checkpoint = tlog.checkpoint_verify(note, keys, origin=audit_origin()).checkpoint
+    except tlog.FormatError:
+        return False
+    return checkpoint.size == size and checkpoint.root.hex() == root_hash
+
+
 def _check_checkpoints(
-    tree: LeafTree,
     key: Ed25519PublicKey | None,
     checkpoints: Iterable[tuple[int, dict[str, Any]]],
     summary: AuditSummary,
 ) -> AuditProblem | None:
+    reader = _cached_tile_reader()
+    note_keys = _note_keys(key)
     for line, checkpoint in checkpoints:
         summary.checkpoints += 1
         if key is None:
@@ -463,13 +608,17 @@ def _check_checkpoints(
         if not tree_head_signature_valid(key, checkpoint):
             return AuditProblem(f"checkpoint on line {line} is not signed by the audit key")
         size = int(checkpoint["size"])
-        if size > tree.size:
+        if checkpoint.get("note") and not _note_matches(checkpoint["note"], note_keys, size, checkpoint["root_hash"]):
+            return AuditProblem(
+                f"the checkpoint note on line {line} is not signed by the audit key or names another tree"
+            )
+        if size > summary.leaves:
             return AuditProblem(
                 f"the database is behind the checkpoint on line {line}: it published {size} leaves, the "
-                f"database has {tree.size}: leaves from {tree.size} on were removed",
-                tree.size,
+                f"database has {summary.leaves}: leaves from {summary.leaves} on were removed",
+                summary.leaves,
             )
-        if tree.root(size).hex() != checkpoint["root_hash"]:
+        if tlog.TreeHashes(reader, size).root().hex() != checkpoint["root_hash"]:
             return AuditProblem(
                 f"the checkpoint on line {line} (size {size}) does not match the database: a leaf below {size} "
                 "was changed and its tree heads signed again",

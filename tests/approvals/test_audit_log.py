@@ -25,8 +25,9 @@ from approvals.audit.log import (
     tree_head_signature_valid,
 )
 from approvals.audit.seal import audit_seal, public_key
+from approvals.audit.tiles import tiles_extend
 from approvals.core.services import audit_record
-from approvals.models import AuditEvent, AuditLeaf, AuditRecord, AuditTreeHead, Preview
+from approvals.models import AuditEvent, AuditLeaf, AuditRecord, AuditTile, AuditTreeHead, AuditVerification, Preview
 from tests.conftest import propose, seal_all, tampering
 
 
@@ -47,6 +48,13 @@ def _delete_record(pk):
     """DELETE the row itself (the ORM would refuse first: a leaf protects its record)."""
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM approvals_auditrecord WHERE id = %s", [pk])
+
+
+def _tiles_rebuilt(size=None):
+    """What a thorough attacker does after changing leaves: lay the tiles out again over them."""
+    leaves = [bytes.fromhex(h) for h in AuditLeaf.objects.order_by("index").values_list("leaf_hash", flat=True)]
+    AuditTile.objects.all().delete()
+    tiles_extend(0, leaves[:size])
 
 
 def _checkpoints_file(tmp_path):
@@ -217,6 +225,10 @@ def test_each_tree_head_is_appended_to_the_checkpoint_file(
     assert [line["size"] for line in lines] == [1, 3]
     assert lines == [head.as_checkpoint() for head in AuditTreeHead.objects.all()]
     assert all(tree_head_signature_valid(public_key(), line) for line in lines)
+    assert [line["note"].split("\n")[:2] for line in lines] == [
+        [settings.AUDIT_LOG_ORIGIN, "1"],
+        [settings.AUDIT_LOG_ORIGIN, "3"],
+    ]
     code, output = _verify()  # AUDIT_CHECKPOINT_FILE is read by default
     assert code == 0 and "2 published checkpoints match" in output, output
 
@@ -255,6 +267,9 @@ def test_each_tree_head_is_delivered_as_a_standard_webhook(
     headers = {name.lower(): value for name, value in request.header_items()}
     payload = Webhook(secret).verify(request.data.decode(), headers)
     assert payload == {"type": "audit.tree_head", "data": AuditTreeHead.objects.get().as_checkpoint()}
+    assert payload["data"]["note"] == AuditTreeHead.objects.get().note and payload["data"]["note"].startswith(
+        f"{settings.AUDIT_LOG_ORIGIN}\n1\n"
+    )
     with pytest.raises(Exception):  # noqa: B017 - the library's own verification error
         Webhook("whsec_" + base64.b64encode(os.urandom(24)).decode()).verify(request.data.decode(), headers)
 
@@ -286,6 +301,7 @@ def test_a_rewrite_recomputed_forward_without_the_key_is_reported(some_history):
         AuditRecord.objects.filter(pk=target.pk).update(result={"status": "declined"})
         rewritten = AuditRecord.objects.get(pk=target.pk)
         AuditLeaf.objects.filter(pk=target.leaf.index).update(leaf_hash=leaf_hash(record_content(rewritten)).hex())
+        _tiles_rebuilt()
         leaves = [bytes.fromhex(h) for h in AuditLeaf.objects.order_by("index").values_list("leaf_hash", flat=True)]
         for head in AuditTreeHead.objects.filter(size__gt=target.leaf.index):
             root = LeafTree(leaves).root(head.size).hex()
@@ -300,14 +316,60 @@ def test_a_rewrite_recomputed_forward_without_the_key_is_reported(some_history):
     assert f"(first bad index {untouched.size})" in output and untouched.size <= target.leaf.index
 
 
-def test_a_recomputed_leaf_under_the_old_heads_is_reported(some_history):
+def test_a_recomputed_leaf_is_reported_by_its_tile(some_history):
     target = some_history[1]
     with tampering():
         AuditRecord.objects.filter(pk=target.pk).update(result={"status": "declined"})
         rewritten = AuditRecord.objects.get(pk=target.pk)
         AuditLeaf.objects.filter(pk=target.leaf.index).update(leaf_hash=leaf_hash(record_content(rewritten)).hex())
     code, output = _verify()
+    assert code == 1 and "leaf 1 does not match its hash in tile 0/0" in output, output
+    assert "(first bad index 1)" in output
+
+
+def test_a_recomputed_leaf_and_tiles_under_the_old_heads_are_reported(some_history):
+    target = some_history[1]
+    with tampering():
+        AuditRecord.objects.filter(pk=target.pk).update(result={"status": "declined"})
+        rewritten = AuditRecord.objects.get(pk=target.pk)
+        AuditLeaf.objects.filter(pk=target.leaf.index).update(leaf_hash=leaf_hash(record_content(rewritten)).hex())
+        _tiles_rebuilt()
+    code, output = _verify()
     assert code == 1 and "does not match the leaves" in output and "(first bad index 0)" in output, output
+
+
+def test_a_changed_tile_is_reported(some_history):
+    with tampering():
+        tile = AuditTile.objects.get(level=0, index=0)
+        changed = bytearray(tile.hashes)
+        changed[40] ^= 1
+        AuditTile.objects.filter(pk=tile.pk).update(hashes=bytes(changed))
+    code, output = _verify()
+    assert code == 1 and "leaf 1 does not match its hash in tile 0/0" in output, output
+
+
+def test_verify_audit_goes_on_from_the_last_checkpoint_found_intact(some_history, alice_agent):
+    assert _verify()[0] == 0
+    assert AuditVerification.objects.get().size == len(some_history)
+    propose(alice_agent, order_id="o-12", amount_minor=300, reason="damaged")
+    seal_all()
+    code, output = _verify()
+    assert code == 0 and f"records from leaf {len(some_history)} on were read" in output, output
+    latest = AuditTreeHead.objects.order_by("-size").first()
+    assert AuditVerification.objects.order_by("-size").first().size == latest.size
+    # An edit below the verified size is not read again incrementally; --full reads it.
+    target = some_history[0]
+    with tampering():
+        AuditRecord.objects.filter(pk=target.pk).update(result={"status": "declined"})
+    assert _verify()[0] == 0
+    code, output = _verify("--full")
+    assert code == 1 and f"record {target.pk} (leaf 0) was changed after it was sealed" in output, output
+    # Tiles changed below it are found without --full: they no longer give the verified root.
+    with tampering():
+        tile = AuditTile.objects.get(level=0, index=0)
+        AuditTile.objects.filter(pk=tile.pk).update(hashes=bytes(32) + bytes(tile.hashes)[32:])
+    code, output = _verify()
+    assert code == 1 and "no longer give the root verified" in output, output
 
 
 def test_a_deleted_record_in_the_middle_is_reported(some_history):
@@ -357,6 +419,7 @@ def test_a_tail_deleted_with_its_tree_heads_is_found_by_the_published_checkpoint
         records = list(tail.values_list("record_id", flat=True))
         tail.delete()
         AuditRecord.objects.filter(pk__in=records).delete()
+        _tiles_rebuilt()
     assert AuditRecord.objects.filter(event=AuditEvent.PROPOSAL_REFUSED).count() == 0  # the refusal is gone
 
     assert _verify()[0] == 0  # what the database alone can say: it is consistent with itself
@@ -407,12 +470,23 @@ def test_postgres_refuses_update_delete_and_truncate_of_the_audit_tables(transac
     ):
         with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
             attempt()
-    for table in ("approvals_auditrecord", "approvals_auditleaf", "approvals_audittreehead"):
+    tile = AuditTile.objects.get(level=0, index=0)
+    for attempt in (
+        lambda: AuditTile.objects.filter(pk=tile.pk).update(hashes=bytes(32) + bytes(tile.hashes)[32:]),
+        lambda: AuditTile.objects.filter(pk=tile.pk).update(hashes=bytes(tile.hashes)[:-32]),
+        lambda: AuditTile.objects.filter(pk=tile.pk).delete(),
+    ):
+        with pytest.raises(DatabaseError, match="only grows at its right edge"), transaction.atomic():
+            attempt()
+    AuditTile.objects.filter(pk=tile.pk).update(hashes=bytes(tile.hashes) + bytes(32))  # growing is allowed
+    for table in ("approvals_auditrecord", "approvals_auditleaf", "approvals_audittreehead", "approvals_audittile"):
         with pytest.raises(DatabaseError, match="append-only: TRUNCATE refused"), transaction.atomic():
             with connection.cursor() as cursor:
                 cursor.execute(f"TRUNCATE {table} CASCADE")
     assert AuditRecord.objects.get(pk=target.pk).result == target.result
-    assert _verify()[0] == 0
+    code, output = _verify()
+    grown = len(some_history)
+    assert code == 1 and f"leaves from {grown} on are missing (the tiles hold {grown + 1})" in output, output
 
 
 @pytest.mark.postgres
@@ -421,7 +495,9 @@ def test_a_truncate_with_the_triggers_off_is_found_by_the_published_checkpoints(
 ):
     checkpoints = _checkpoints_file(tmp_path)
     with tampering(), connection.cursor() as cursor:
-        cursor.execute("TRUNCATE approvals_audittreehead, approvals_auditleaf, approvals_auditrecord")
+        cursor.execute(
+            "TRUNCATE approvals_audittreehead, approvals_auditleaf, approvals_auditrecord, approvals_audittile"
+        )
     code, output = _verify("--checkpoints", checkpoints)
     assert code == 1 and "the database is behind the checkpoint on line 1" in output, output
     assert "(first bad index 0)" in output

@@ -7,11 +7,14 @@ from io import StringIO
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from django.conf import settings
 from django.core.management import call_command
 
-from approvals.audit.log import RECEIPT_FORMAT, public_key_text, receipt_check
+from approvals.audit import tlog
+from approvals.audit.log import RECEIPT_FORMAT, public_key_text, receipt_check, record_content
 from approvals.audit.seal import public_key
-from approvals.models import AuditEvent, AuditRecord, AuditTreeHead
+from approvals.core.digests import canonical_bytes
+from approvals.models import AuditEvent, AuditLeaf, AuditRecord, AuditTreeHead
 from tests.conftest import agent_client_for, propose
 
 
@@ -82,7 +85,20 @@ def test_verify_receipt_checks_it_offline_with_the_public_key(
         pytest.param(lambda r: r["records"][1]["record"]["result"].update(status="approved"), id="result-edited"),
         pytest.param(lambda r: r["tree_head"].update(timestamp=r["tree_head"]["timestamp"] + 1), id="head-time"),
         pytest.param(lambda r: r["tree_head"].update(size=r["tree_head"]["size"] + 1), id="head-size"),
-        pytest.param(lambda r: r["records"][0]["inclusion_proof"]["path"].reverse(), id="proof"),
+        pytest.param(lambda r: r["records"][0]["inclusion_proof"].reverse(), id="proof"),
+        pytest.param(
+            lambda r: r["records"][0].update(tlog_proof=r["records"][1]["tlog_proof"]), id="tlog-proof-swapped"
+        ),
+        pytest.param(
+            lambda r: r["records"][0].update(tlog_proof=r["records"][0]["tlog_proof"].replace("index ", "index 1")),
+            id="tlog-proof-index",
+        ),
+        pytest.param(
+            lambda r: r["records"][0].update(
+                tlog_proof=r["records"][0]["tlog_proof"].replace("extra ", "extra e30", 1)
+            ),
+            id="tlog-proof-extra",
+        ),
         pytest.param(lambda r: r["records"].clear(), id="no-records"),
         pytest.param(lambda r: r.pop("tree_head"), id="malformed"),
     ],
@@ -95,6 +111,59 @@ def test_a_tampered_receipt_is_invalid(alice_agent, proposed, tmp_path, tamper):
     path.write_text(json.dumps(forged))
     code, output = _verify_receipt(path, "--public-key", _public_key_text())
     assert code == 1 and "INVALID" in output, output
+
+
+def test_each_record_carries_a_tlog_proof_of_its_canonical_bytes(alice_agent, proposed):
+    receipt = alice_agent.get(f"/api/agent/previews/{proposed}/receipt").json()
+    key = public_key()
+    origin = settings.AUDIT_LOG_ORIGIN
+    for entry in receipt["records"]:
+        text = entry["tlog_proof"]
+        assert text.startswith("c2sp.org/tlog-proof@v1\nextra ")
+        entry_bytes = canonical_bytes(entry["record"])
+        proof, verified = tlog.tlog_proof_verify(text, entry_bytes, [tlog.verifier_key(origin, key)], origin=origin)
+        assert proof.extra == entry_bytes and proof.index == entry["leaf_index"]
+        assert verified.checkpoint.size == receipt["tree_head"]["size"]
+        assert proof.checkpoint_note == receipt["tree_head"]["note"]
+        with pytest.raises(tlog.FormatError, match="is not in the checkpointed tree"):
+            tlog.tlog_proof_verify(text, entry_bytes + b" ", [tlog.verifier_key(origin, key)])
+        with pytest.raises(tlog.FormatError, match="no signature of a trusted key"):
+            tlog.tlog_proof_verify(
+                text, entry_bytes, [tlog.verifier_key(origin, Ed25519PrivateKey.generate().public_key())]
+            )
+
+
+def test_a_receipt_issued_before_the_c2sp_formats_still_verifies(alice_agent, proposed, tmp_path):
+    """Format v1: pymerkle's inclusion proofs, no note. Made here as the gateway made them then."""
+    from approvals.audit.log import RECEIPT_FORMAT_V1, LeafTree
+
+    alice_agent.get(f"/api/agent/previews/{proposed}/receipt")  # seals the records
+    head = AuditTreeHead.objects.order_by("-size").first()
+    leaves = [bytes.fromhex(h) for h in AuditLeaf.objects.order_by("index").values_list("leaf_hash", flat=True)]
+    tree = LeafTree(leaves)
+    records = AuditRecord.objects.filter(preview_id=proposed).select_related("leaf").order_by("id")
+    receipt = {
+        "format": RECEIPT_FORMAT_V1,
+        "preview": proposed,
+        "tree_head": {k: v for k, v in head.as_checkpoint().items() if k != "note"},
+        "records": [
+            {
+                "leaf_index": r.leaf.index,
+                "record": record_content(r),
+                "inclusion_proof": tree.inclusion_proof(r.leaf.index, head.size),
+            }
+            for r in records
+        ],
+        "unsealed_records": 0,
+    }
+    path = tmp_path / "receipt-v1.json"
+    path.write_text(json.dumps(receipt))
+    code, output = _verify_receipt(path, "--public-key", _public_key_text())
+    assert code == 0 and "Receipt valid: 2 audit records" in output, output
+    receipt["records"][0]["record"]["event"] = "declined"
+    path.write_text(json.dumps(receipt))
+    code, output = _verify_receipt(path, "--public-key", _public_key_text())
+    assert code == 1 and "is not in the signed tree" in output, output
 
 
 def test_another_sessions_preview_has_no_receipt(alice, alice_agent, bob_agent, proposed):

@@ -10,9 +10,10 @@ from approvals.audit.seal import public_key as configured_public_key
 
 class Command(BaseCommand):
     help = (
-        "Check the audit log: every record against its Merkle leaf, the tree against every signed tree head, "
-        "consecutive heads for consistency, and the published checkpoints (--checkpoints, by default "
-        "AUDIT_CHECKPOINT_FILE). Exits 1 at the first inconsistency."
+        "Check the audit log: every record against its Merkle leaf and the stored tiles, each tile against "
+        "the level above, every signed tree head and its checkpoint note, and the published checkpoints "
+        "(--checkpoints, by default AUDIT_CHECKPOINT_FILE). From the last checkpoint found intact on, or "
+        "everything with --full. Exits 1 at the first inconsistency."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -22,12 +23,24 @@ class Command(BaseCommand):
             help="JSON Lines of tree heads published earlier (default: AUDIT_CHECKPOINT_FILE, when set).",
         )
         parser.add_argument(
+            "--full",
+            action="store_true",
+            help="Read every record again (by default: those after the last checkpoint found intact).",
+        )
+        parser.add_argument(
             "--public-key",
             metavar="KEY",
             help="The audit public key (base64, or a file holding it); default: AUDIT_SIGNING_KEY's.",
         )
 
-    def handle(self, *args: Any, checkpoints: str | None = None, public_key: str | None = None, **options: Any) -> None:
+    def handle(
+        self,
+        *args: Any,
+        checkpoints: str | None = None,
+        public_key: str | None = None,
+        full: bool = False,
+        **options: Any,
+    ) -> None:
         try:
             key = public_key_from(public_key) if public_key else configured_public_key()
         except ValueError as error:
@@ -44,7 +57,7 @@ class Command(BaseCommand):
         except ValueError as error:
             self.stderr.write(f"The checkpoint file {path} is not JSON Lines: {error}.")
             raise SystemExit(1) from error
-        summary = audit_verify(public_key=key, checkpoints=published)
+        summary = audit_verify(public_key=key, checkpoints=published, full=full)
         if summary.problem is not None:
             where = f" (first bad index {summary.problem.index})" if summary.problem.index is not None else ""
             self.stderr.write(f"Audit log inconsistent{where}: {summary.problem.message}.")
@@ -55,3 +68,5 @@ class Command(BaseCommand):
                 f"{summary.checkpoints} published checkpoints match; {summary.unsealed} records not sealed yet."
             )
         )
+        for note in summary.notes:
+            self.stdout.write(f"Note: {note}.")
