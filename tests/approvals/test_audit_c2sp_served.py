@@ -22,7 +22,7 @@ import pytest
 from django.core.management import call_command
 
 from approvals.audit import tlog
-from approvals.audit.log import record_content
+from approvals.audit.log import private_key_from, public_key_text, record_content
 from approvals.audit.seal import inclusion_proof, latest_head
 from approvals.core.digests import canonical_bytes
 from approvals.core.services import audit_record
@@ -259,8 +259,39 @@ def wire_bundle(proof: tlog.TlogProof) -> dict:
 
 
 @pytest.fixture
-def log_of_300(db, alice) -> int:
+def log_of_300(db, alice_agent, o12, alice) -> int:
+    response = propose(alice_agent, order_id="o-12", amount_minor=500, reason="damaged")
+    assert response.status_code == 201, response.json()
     return sealed_log(300, alice)
+
+
+def test_the_served_tiles_and_entry_bundles_are_byte_identical_to_aics_tlog_build_tiles(
+    client, log_of_300, read_token, tmp_path
+):
+    entries = [
+        canonical_bytes(record_content(leaf.record))
+        for leaf in AuditLeaf.objects.select_related("record").order_by("index")
+    ]
+    assert not [entry for entry in entries if b"\n" in entry]  # canonical JSON escapes newlines
+    leaves = write(tmp_path / "leaves", b"".join(entry + b"\n" for entry in entries))
+    code, report = aics_tlog("build-tiles", "--zero", "--leaves", leaves, "--out", str(tmp_path / "built"))
+    assert code == 0, report
+    assert report["root"] == base64.b64encode(bytes.fromhex(latest_head().root_hash)).decode()
+
+    built = sorted(path for path in (tmp_path / "built").rglob("*") if path.is_file())
+    assert [str(path.relative_to(tmp_path / "built")) for path in built] == [
+        "tile/0/000",
+        "tile/0/001.p/44",
+        "tile/1/000.p/1",
+        "tile/entries/000",
+        "tile/entries/001.p/44",
+    ]
+    for path in built:
+        name = str(path.relative_to(tmp_path / "built"))
+        response = client.get(f"/audit/{name}", headers={"Authorization": f"Bearer {read_token}"})
+        assert response.status_code == 200, name
+        body = gzip.decompress(response.content) if response.get("Content-Encoding") == "gzip" else response.content
+        assert body == path.read_bytes(), name
 
 
 def test_the_checkpoint_is_plain_text_cached_a_few_seconds(client, log_of_300):
@@ -381,3 +412,40 @@ def test_entry_bundles_beyond_the_tree_or_malformed_are_404_with_the_token(clien
     response = client.get(f"/audit/tile/entries/{path}", headers={"Authorization": f"Bearer {read_token}"})
 
     assert response.status_code == 404, path
+
+
+def test_during_a_key_rotation_the_served_checkpoint_verifies_with_either_key_and_old_ones_with_the_retired_key(
+    client, alice, settings, tmp_path
+):
+    old_key = settings.AUDIT_SIGNING_KEY
+    sealed_log(3, alice)
+    old_note = write(tmp_path / "old.note", client.get("/audit/checkpoint").content)
+    old_vkey = tlog.verifier_key(settings.AUDIT_LOG_ORIGIN, private_key_from(old_key).public_key()).text()
+
+    new_key = base64.b64encode(bytes(range(32))).decode()
+    settings.AUDIT_SIGNING_KEY = f"{new_key},{old_key}"
+    out = StringIO()
+    call_command("audit_public_key", "--note", stdout=out)
+    new_vkey, printed_old_vkey = out.getvalue().split()
+    assert printed_old_vkey == old_vkey
+    sealed_log(5, alice)
+    note = write(tmp_path / "rotating.note", client.get("/audit/checkpoint").content)
+    for vkey in (new_vkey, old_vkey):
+        code, report = aics_tlog(
+            "verify-checkpoint", "--note", note, "--log-key", vkey, "--origin", settings.AUDIT_LOG_ORIGIN
+        )
+        assert (code, report["size"]) == (0, 5), report
+
+    settings.AUDIT_SIGNING_KEY = new_key
+    settings.AUDIT_SIGNING_KEYS_RETIRED = [public_key_text(private_key_from(old_key))]
+    sealed_log(6, alice)
+    note = write(tmp_path / "new.note", client.get("/audit/checkpoint").content)
+    code, report = aics_tlog("verify-checkpoint", "--note", note, "--log-key", new_vkey)
+    assert (code, report["size"]) == (0, 6), report
+    code, report = aics_tlog("verify-checkpoint", "--note", note, "--log-key", old_vkey)
+    assert (code, report["error"]) == (
+        1,
+        f"no signature from log key {old_vkey.split('+')[0]} {old_vkey.split('+')[1]}",
+    )
+    code, report = aics_tlog("verify-checkpoint", "--note", old_note, "--log-key", old_vkey)
+    assert (code, report["size"]) == (0, 3), report
