@@ -226,7 +226,7 @@ def test_our_checkpoint_note_and_verifier_key_verify_with_aics_tlog(log):
     assert code == 0, report
     assert (report["ok"], report["log_ok"]) == (True, True)
     assert (report["origin"], report["size"], report["root"]) == (ORIGIN, log.size, b64(log.tree().root()))
-    name, key_id, _ = log.vkey.split("+")
+    name, key_id, _ = log.vkey.split("+", 2)
     assert report["log_key"] == f"{name}+{key_id}"
     ours = tlog.checkpoint_verify(log.note, [tlog.verifier_key_parse(log.vkey)], origin=ORIGIN)
     assert (ours.checkpoint.size, ours.checkpoint.root) == (log.size, log.tree().root())
