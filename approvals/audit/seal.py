@@ -55,8 +55,9 @@ from approvals.audit.log import (
     tree_head_signature_valid,
 )
 from approvals.audit.tiles import stored_tree, tiles_extend
+from approvals.audit.witnesses import cosignatures_request, witness_quorum, witnesses_configured
 from approvals.core.digests import canonical_bytes
-from approvals.models import AuditLeaf, AuditRecord, AuditTreeHead, AuditVerification, Preview
+from approvals.models import AuditCosignature, AuditLeaf, AuditRecord, AuditTreeHead, AuditVerification, Preview
 from approvals.operations.publish import DELIVER_AUDIT_CHECKPOINT, task_publish
 
 logger = logging.getLogger(__name__)
@@ -120,17 +121,21 @@ def latest_head() -> AuditTreeHead | None:
 
 def latest_published_head() -> AuditTreeHead | None:
     """The latest tree head the log stands by in public: with witnesses configured, the latest one that
-    AUDIT_WITNESS_QUORUM of them cosigned; without, the latest."""
-    witnesses = [entry.split("=", 1)[0].strip() for entry in settings.AUDIT_WITNESSES]  # their vkeys
+    AUDIT_WITNESS_QUORUM of them cosigned; without, the latest. The cosignatures are read newest head
+    first (the head's index, backwards) and the read stops at the first head with its quorum."""
+    witnesses = [witness.vkey for witness in witnesses_configured()]
     if not witnesses:
-        return latest_head()
-    quorum = settings.AUDIT_WITNESS_QUORUM
-    return (
-        AuditTreeHead.objects.annotate(cosigned=Count("cosignatures", filter=Q(cosignatures__witness__in=witnesses)))
-        .filter(cosigned__gte=quorum)
-        .order_by("-size")
+        return None if settings.AUDIT_WITNESSES else latest_head()  # all malformed: nothing counts
+    cosigned = (
+        AuditCosignature.objects.filter(witness__in=witnesses)
+        .values("head_id")
+        .annotate(cosigners=Count("id"))
+        .filter(cosigners__gte=witness_quorum())
+        .order_by("-head_id")
+        .values_list("head_id", flat=True)
         .first()
     )
+    return AuditTreeHead.objects.filter(size=cosigned).first() if cosigned is not None else None
 
 
 def checkpoint_note(head: AuditTreeHead) -> str:
@@ -268,9 +273,7 @@ def checkpoint_sealed(head: AuditTreeHead) -> None:
     """A new tree head committed: without witnesses it is published at once; with them, once enough of
     them cosigned it (approvals.audit.witnesses)."""
     if settings.AUDIT_WITNESSES:
-        import importlib
-
-        importlib.import_module("approvals.audit.witnesses").cosignatures_request(head.size)
+        cosignatures_request(head.size)
     else:
         checkpoint_publish(published_checkpoint(head))
 
