@@ -21,6 +21,9 @@ import re
 from collections.abc import Sequence
 
 STEP_UP_DOMAIN = b"approval-gateway-step-up/v1\n"
+# The JSON form of a kept signature (approvals.core.services.passkeys.signature_document), which
+# approvals.audit.passkey_check verifies.
+SIGNATURE_FORMAT = "approval-gateway-passkey-signature/v1"
 NONCE_BYTES = 32
 DIGEST = re.compile(r"^[0-9a-f]{64}$")
 

@@ -46,7 +46,7 @@ from webauthn.helpers.structs import (
 )
 
 from approvals.core.errors import ApplicationError, DecisionError, ErrorCode
-from approvals.core.passkey_challenge import NONCE_BYTES, step_up_challenge
+from approvals.core.passkey_challenge import NONCE_BYTES, SIGNATURE_FORMAT, step_up_challenge
 from approvals.core.rows import update_fields
 from approvals.core.services.audit import audit_record
 from approvals.core.stepup import step_up_band, step_up_words, webauthn_origins, webauthn_rp_id
@@ -61,7 +61,6 @@ STEP_UP_CHALLENGE_SECONDS = 300
 # A person asking for challenges again and again keeps at most this many open; older ones go.
 OPEN_CHALLENGES_PER_PERSON = 20
 MAX_DIGESTS = 200
-SIGNATURE_FORMAT = "approval-gateway-passkey-signature/v1"
 
 
 class PasskeyError(ApplicationError):
