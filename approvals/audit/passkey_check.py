@@ -56,9 +56,10 @@ def passkey_signature_problems(
     if not isinstance(document, dict) or document.get("format") != SIGNATURE_FORMAT:
         return [f"not a passkey signature document ({SIGNATURE_FORMAT})"]
     values, problems = _bytes_fields(document)
-    digests = document.get("digests")
-    if not isinstance(digests, list) or not all(isinstance(d, str) for d in digests):
-        problems.append("the signature's digests are not a list of digests")
+    listed = document.get("digests")
+    if not isinstance(listed, list) or not all(isinstance(d, str) for d in listed):
+        return [*problems, "the signature's digests are not a list of digests"]
+    digests: list[str] = listed
     if problems:
         return problems
     if digest not in digests:
