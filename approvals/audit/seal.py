@@ -538,13 +538,14 @@ def _check_upper_tiles(first: int, roots: list[bytes], size: int) -> AuditProble
 def _check_heads(start: int, key: Ed25519PublicKey | None, summary: AuditSummary) -> AuditProblem | None:
     reader = _cached_tile_reader()
     note_keys = _note_keys(key)
+    head_keys = _head_keys(key)
     previous: AuditTreeHead | None = AuditTreeHead.objects.filter(size__lt=start).order_by("-size").first()
     for head in AuditTreeHead.objects.filter(size__gte=start).order_by("size").iterator(chunk_size=2000):
         summary.heads += 1
         trusted_from = previous.size if previous else 0
         if key is None:
             return AuditProblem(NO_KEY.format(what="the tree heads"))
-        if not tree_head_signature_valid(key, head.as_checkpoint()):
+        if not _head_signed(head_keys, head.as_checkpoint()):
             return AuditProblem(
                 f"tree head of size {head.size} is not signed by the audit key: leaves {trusted_from} to "
                 f"{head.size - 1} can't be trusted",
@@ -580,10 +581,21 @@ def _check_heads(start: int, key: Ed25519PublicKey | None, summary: AuditSummary
 
 
 def _note_keys(key: Ed25519PublicKey | None) -> list[tlog.VerifierKey]:
-    keys = log_verifier_keys()
-    if key is not None:
-        keys.append(tlog.verifier_key(audit_origin(), key))
-    return keys
+    """The same keys as the heads' own signatures (the key given and the retired ones), as note keys."""
+    return [tlog.verifier_key(audit_origin(), public) for public in _head_keys(key)]
+
+
+def _head_keys(key: Ed25519PublicKey | None) -> list[Ed25519PublicKey]:
+    """The keys a tree head's own (JSON) signature is checked with: the key given (by default
+    AUDIT_SIGNING_KEY's first) and the retired ones (AUDIT_SIGNING_KEYS_RETIRED), which signed the heads
+    made before a key rotation."""
+    if key is None:
+        return []
+    return [key, *(public_key_from(text) for text in settings.AUDIT_SIGNING_KEYS_RETIRED if text.strip())]
+
+
+def _head_signed(keys: list[Ed25519PublicKey], head: dict[str, Any]) -> bool:
+    return any(tree_head_signature_valid(key, head) for key in keys)
 
 
 def _note_matches(note: str, keys: list[tlog.VerifierKey], size: int, root_hash: str) -> bool:
@@ -601,11 +613,12 @@ def _check_checkpoints(
 ) -> AuditProblem | None:
     reader = _cached_tile_reader()
     note_keys = _note_keys(key)
+    head_keys = _head_keys(key)
     for line, checkpoint in checkpoints:
         summary.checkpoints += 1
         if key is None:
             return AuditProblem(NO_KEY.format(what="the checkpoints"))
-        if not tree_head_signature_valid(key, checkpoint):
+        if not _head_signed(head_keys, checkpoint):
             return AuditProblem(f"checkpoint on line {line} is not signed by the audit key")
         size = int(checkpoint["size"])
         if checkpoint.get("note") and not _note_matches(checkpoint["note"], note_keys, size, checkpoint["root_hash"]):
