@@ -107,7 +107,7 @@ def check_offline(signature: ApprovalSignature, live_url: str) -> None:
     assert len(problems) == 1 and problems[0].startswith("the signature does not verify"), problems
 
 
-def test_a_staff_approval_above_the_threshold_without_and_with_a_passkey(live_server, browser_env):
+def test_a_staff_approval_above_the_threshold_without_and_with_a_passkey(live_server, browser_env, tmp_path):
     from playwright.sync_api import expect
 
     alice = UserFactory(username="alice")
@@ -172,6 +172,34 @@ def test_a_staff_approval_above_the_threshold_without_and_with_a_passkey(live_se
     assert basis["passkey"] == signature_document(signature)
     check_offline(signature, live_server.url)
     assert Refund.objects.get().preview_id == preview.pk
+    evidence_accepted_then_refused(preview, tmp_path, live_server.url)
+
+
+def evidence_accepted_then_refused(preview: Preview, tmp_path, origin: str) -> None:
+    """verify_evidence accepts the preview's bundle with its browser-made signature, and refuses it once one
+    byte of that signature changed."""
+    from webauthn.helpers import base64url_to_bytes, bytes_to_base64url
+
+    from approvals.audit.evidence_check import bundle_read
+    from tests.approvals.test_audit_evidence import export, note_keys, rezip, verify
+    from tests.conftest import seal_all
+
+    seal_all()
+    path = export(preview, tmp_path / "evidence.zip")
+    code, out, err = verify(path, *note_keys(), extra=("--rp-id", "localhost", "--origin", origin))
+    assert (code, err) == (0, []), err
+    signed = [line for line in out if line.startswith("Passkey: approvals.json's approval 1")]
+    assert len(signed) == 1 and signed[0].endswith("the signature verifies"), out
+    assert any(line.startswith("Passkey: consent.json") and "not signed with a passkey" in line for line in out)
+    files = bundle_read(path)
+    approvals = json.loads(files["approvals.json"])
+    raw = bytearray(base64url_to_bytes(approvals["approvals"][0]["passkey"]["signature"]))
+    raw[5] ^= 0x01
+    approvals["approvals"][0]["passkey"]["signature"] = bytes_to_base64url(bytes(raw))
+    tampered = rezip({**files, "approvals.json": json.dumps(approvals).encode()}, tmp_path / "tampered.zip")
+    code, _out, err = verify(tampered, *note_keys())
+    assert code == 1
+    assert len(err) == 1 and err[0].startswith("INVALID: approvals.json's approval 1 holds a passkey"), err
 
 
 def test_a_customer_confirms_above_their_threshold_with_a_passkey(live_server, browser_env, settings):
