@@ -77,10 +77,11 @@ def detail_page(
     review = selectors.preview_review(preview=preview)
     can_decide = preview.status == PreviewStatus.AWAITING_STAFF
     here = reverse("console:preview", kwargs={"preview_id": preview.pk})
+    # At or above STEP_UP_THRESHOLDS the approve form has the passkey sign the digest first.
+    signing = step_up_words(preview, ApprovalRole.STAFF) if can_decide else ""
     context = {
-        # At or above STEP_UP_THRESHOLDS the approve form has the passkey sign the digest first.
-        "step_up_words": step_up_words(preview, ApprovalRole.STAFF) if can_decide else "",
-        "has_passkey": request.user.passkeys.exists(),
+        "step_up_words": signing,
+        "has_passkey": bool(signing) and request.user.passkeys.exists(),
         **passkey_links("console_passkeys", here),
         "review": review,
         "preview": preview,
