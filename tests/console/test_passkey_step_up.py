@@ -389,3 +389,47 @@ def test_the_kept_document_is_json_as_the_log_holds_it(awaiting_staff, reviewer)
         "sign_count",
         "counter_regressed",
     }
+
+
+# A standing approval ------------------------------------------------------------------------------
+
+
+def test_a_standing_approval_does_not_count_where_a_passkey_is_needed(settings, alice):
+    from django.contrib.auth.models import Group
+
+    from invoices.models import Invoice, InvoiceContact, InvoiceLine, InvoiceStatus, StandingApproval
+    from invoices.permissions import INVOICE_APPROVERS
+    from tests.conftest import agent_client_for, propose
+    from tests.factories import StaffFactory
+
+    settings.STEP_UP_THRESHOLDS = "send_invoice:*:0"
+    sam = StaffFactory(username="sam")
+    sam.groups.add(Group.objects.get(name=INVOICE_APPROVERS))
+    invoice = Invoice.objects.create(
+        number="INV-17", customer=alice, currency="EUR", status=InvoiceStatus.ISSUED, total_minor=12000
+    )
+    InvoiceLine.objects.create(invoice=invoice, position=1, description="Consulting", quantity=1, unit_minor=12000)
+    InvoiceContact.objects.create(invoice=invoice, email="billing@example.test")
+    standing = StandingApproval.objects.create(invoice=invoice, recipient="billing@example.test", approved_by=sam)
+    response = propose(
+        agent_client_for(alice, tools=("send_invoice",)),
+        "send_invoice",
+        invoice_id="INV-17",
+        recipient="billing@example.test",
+    )
+    assert response.status_code == 201, response.json()
+    preview = Preview.objects.get(pk=response.json()["preview"]["id"])
+    assert preview.status == PreviewStatus.AWAITING_STAFF
+    assert not preview.approvals.exists()
+    standing.refresh_from_db()
+    assert standing.consumed_at is None  # still there for a send below a threshold, if one is set later
+    refused = AuditRecord.objects.get(preview=preview, event=AuditEvent.STANDING_APPROVAL_REFUSED)
+    assert refused.actor == sam
+    assert refused.result["reason"].startswith("an approval at this amount needs a passkey")
+    assert not AuditRecord.objects.filter(preview=preview, event=AuditEvent.STANDING_APPROVAL_USED).exists()
+    # sam approves it in the console with his passkey
+    key = enrol(sam)
+    approve(preview, sam, signed_for(sam, key, [preview.digest]))
+    preview.refresh_from_db()
+    assert preview.status == PreviewStatus.APPROVED
+    assert ApprovalSignature.objects.get().approval.approver == sam
