@@ -19,7 +19,7 @@ class ApprovalsConfig(AppConfig):
             notifications,  # noqa: F401
             slack,  # noqa: F401  (the Slack review messages' listener and tasks)
         )
-        from approvals.core import checks, quorum  # noqa: F401
+        from approvals.core import checks, quorum, stepup  # noqa: F401
         from approvals.core.registry import ImportSection, registry
         from approvals.core.staff_roles import staff_roles_migrate
         from approvals.operations import metrics

@@ -26,6 +26,7 @@ from approvals.operations.publish import (
     DELIVER_AUDIT_CHECKPOINT,
     EXECUTE_PREVIEW,
     NOTIFY_COUNTER_PROPOSAL,
+    NOTIFY_PASSKEYS_REMOVED,
     NOTIFY_REVIEWERS,
 )
 
@@ -129,3 +130,8 @@ def notify_reviewers(**kwargs: Any) -> dict[str, Any]:
 @shared_task(name=NOTIFY_COUNTER_PROPOSAL)
 def notify_counter_proposal(preview_id: str, **kwargs: Any) -> bool:
     return notifications.counter_proposal_email(preview_id)
+
+
+@shared_task(name=NOTIFY_PASSKEYS_REMOVED)
+def notify_passkeys_removed(user_id: int, lead: str, names: list[str], **kwargs: Any) -> bool:
+    return notifications.passkeys_removed_email(user_id, lead=lead, names=names)

@@ -177,6 +177,7 @@ CELERY_QUEUES_BY_KIND = {
     "notifications": [
         "approvals.notify_reviewers",
         "approvals.notify_counter_proposal",
+        "approvals.notify_passkeys_removed",
         "approvals.slack_post_review",
         "approvals.slack_update_review",
         "refunds.notify_refund_status",
@@ -473,6 +474,15 @@ SLACK_SIGNING_SECRET = env.str("SLACK_SIGNING_SECRET", default="")
 SLACK_REVIEW_CHANNEL = env.str("SLACK_REVIEW_CHANNEL", default="")
 SLACK_API_URL = env.str("SLACK_API_URL", default="https://slack.com/api/")
 SLACK_TIMEOUT_SECONDS = env.int("SLACK_TIMEOUT_SECONDS", default=5)
+# Passkeys (approvals.core.stepup, docs/security.md): approvals that need a passkey assertion over the
+# preview's digest, by action, currency (or `*`) and from an amount in minor units, for staff
+# (`refund_order:EUR:50000,send_invoice:*:0`) and for the customer's confirmation; unset, none does. The
+# relying party: WEBAUTHN_RP_ID (default: PUBLIC_BASE_URL's host) and WEBAUTHN_ORIGINS (comma-separated;
+# default: PUBLIC_BASE_URL's origin). `manage.py check` refuses values it cannot read.
+STEP_UP_THRESHOLDS = env.str("STEP_UP_THRESHOLDS", default="")
+CUSTOMER_STEP_UP_THRESHOLDS = env.str("CUSTOMER_STEP_UP_THRESHOLDS", default="")
+WEBAUTHN_RP_ID = env.str("WEBAUTHN_RP_ID", default="")
+WEBAUTHN_ORIGINS = [o.strip().rstrip("/") for o in env.list("WEBAUTHN_ORIGINS", default=[]) if o.strip()]
 
 CELERY_BEAT_SCHEDULE = {
     "notify-reviewers": {"task": "approvals.notify_reviewers", "schedule": float(REVIEW_NOTIFY_INTERVAL_SECONDS)},

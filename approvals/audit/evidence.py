@@ -25,8 +25,9 @@ from approvals.audit import evidence_check as layout
 from approvals.audit.seal import log_verifier_keys, preview_receipt
 from approvals.core.digests import canonical_bytes, canonical_json
 from approvals.core.registry import registry
+from approvals.core.services.passkeys import signature_document
 from approvals.core.services.previews import preview_digest_facts
-from approvals.models import Approval, ApprovalRole, Execution, Preview
+from approvals.models import Approval, ApprovalRole, ApprovalSignature, Execution, Preview
 
 # The Go program the README gives for checking a proof with Go's own packages (kept as a file, so that
 # it can be built as it is).
@@ -164,7 +165,7 @@ def _approvals(preview: Preview, sealed: dict[int, dict[str, Any]]) -> tuple[dic
         "given": False,
     }
     staff: list[dict[str, Any]] = []
-    rows = Approval.objects.filter(preview=preview).select_related("approver").order_by("created_at", "pk")
+    rows = Approval.objects.filter(preview=preview).select_related("approver", "signature").order_by("created_at", "pk")
     for approval in rows:
         record_id = _approval_record(approval, sealed, used)
         entry = {
@@ -178,6 +179,9 @@ def _approvals(preview: Preview, sealed: dict[int, dict[str, Any]]) -> tuple[dic
             "lapsed_at": _iso(approval.lapsed_at),
             "lapsed_reason": approval.lapsed_reason,
         }
+        signature = ApprovalSignature.objects.filter(approval=approval).first()
+        if signature is not None:  # the same document the sealed record's approval_basis holds
+            entry["passkey"] = signature_document(signature)
         if approval.role == ApprovalRole.CUSTOMER and not consent["given"]:
             consent.update(given=True, **entry)
         else:
@@ -284,11 +288,14 @@ The files
                      person approved (JSON, keys sorted, no spaces, UTF-8). The records `proposed`,
                      `confirmed` and `approved` state that digest: what was approved is bound to the log.
   consent.json       the customer's confirmation: `required`, `given`, who (`approver`), when, the
-                     digest they confirmed, and `record`, the `confirmed` record that states it. Once the
-                     shop requires passkeys, the passkey's signature over the digest is `passkey` here;
-                     a bundle without `passkey` has none.
+                     digest they confirmed, and `record`, the `confirmed` record that states it.
   approvals.json     each staff approval: approver, basis (a person's review, a standing approval),
                      digest, and `record`, the `approved` record that states it.
+                     An approval given with a passkey (at or above the shop's step-up amounts) carries
+                     `passkey`: the credential's public key (COSE), what the authenticator signed
+                     (authenticatorData, clientDataJSON), the signature, the challenge's nonce and the
+                     digests it commits to; the sealed record's approval_basis holds the same. An entry
+                     without `passkey` was not signed with one.
   execution.json     what happened: the outcome, the effect the provider reported, and `record`, the
                      record of the execution's last step, which states them.
   provider.json      the provider's own references (a refund's id at the payment provider and the
@@ -302,11 +309,15 @@ How to check it
 1. With the gateway's own tools (no database, no network):
      python manage.py verify_evidence evidence-$preview.zip --log-key '$origin+<key ID>+<key>'
    or without Django, from the gateway's source (approvals/audit/evidence_check.py, tlog.py and
-   approvals/core/digests.py; Python 3.11 or newer with the packages `cryptography` and `rfc8785`):
+   approvals/core/digests.py; Python 3.11 or newer with the packages `cryptography` and `rfc8785`;
+   for passkey signatures also approvals/audit/passkey_check.py, approvals/core/passkey_challenge.py
+   and the package `webauthn`):
      python -m approvals.audit.evidence_check evidence-$preview.zip --log-key '<vkey>'
    Add `--witness-key <vkey>` (repeatable) and `--quorum N` to require witness cosignatures, and
-   give `--log-key` twice for a log that rotated its key (the old and the new one). Exit 0: valid;
-   exit 1: each failure on its own line. Lines marked Informational say what no record binds.
+   give `--log-key` twice for a log that rotated its key (the old and the new one). `--rp-id` and
+   `--origin` (repeatable) require the passkey signatures to name the shop's own relying party and
+   site. Exit 0: valid; exit 1: each failure on its own line. Lines marked Informational say what no
+   record binds; lines marked Passkey say which approvals a passkey signed and which it did not.
 
 2. By hand, with stock tools:
    - The digest: `sha256sum digest-input.json` is preview.json's `digest`, and the `digest` in the
@@ -320,6 +331,11 @@ How to check it
          --index "$$(sed -n 's/^index //p' records/<id>.tlog-proof)" --checkpoint checkpoint.txt --log-key '<vkey>'
    - Each record's `preview` is $preview; consent.json, approvals.json and execution.json name the
      record (`record`) whose fields they repeat: compare them.
+   - A passkey signature (WebAuthn): the challenge is SHA-256 of the bytes
+     "approval-gateway-step-up/v1\\n" + nonce + "\\n" + the digests (64 hex characters each, joined
+     by "\\n"), which clientDataJSON's `challenge` holds (base64url); authenticatorData starts with
+     SHA-256 of the RP ID and its flags byte has UP (0x01) and UV (0x04) set; the signature is ECDSA
+     (or the key's COSE algorithm) over authenticatorData + SHA-256(clientDataJSON).
 
 A bundle proves that the records it holds are in the log, unchanged, as of its checkpoint. It does
 not prove that no other record of this preview exists: for that, ask the shop for a newer bundle.

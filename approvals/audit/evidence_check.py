@@ -106,6 +106,8 @@ class EvidenceCheck:
     checkpoint: tlog.Checkpoint | None = None
     log_keys: tuple[str, ...] = ()  # the log keys that signed checkpoint.txt, `<name>+<key ID>`
     cosigners: tuple[str, ...] = ()  # the witnesses that cosigned it
+    signed: list[str] = field(default_factory=list)  # approvals whose passkey signature verified
+    unsigned: list[str] = field(default_factory=list)  # approvals given without a passkey
 
     @property
     def valid(self) -> bool:
@@ -118,10 +120,16 @@ def evidence_check(
     witness_keys: Sequence[tlog.VerifierKey] = (),
     *,
     quorum: int | None = None,
+    rp_id: str | None = None,
+    origins: Sequence[str] | None = None,
 ) -> EvidenceCheck:
     """Check a bundle's files against the log's verifier keys (and, with `witness_keys`, that `quorum`
-    of them, all of them by default, cosigned its checkpoint). Every failure is one line of `problems`."""
-    return _Checker(files, log_keys, witness_keys, len(witness_keys) if quorum is None else quorum).run()
+    of them, all of them by default, cosigned its checkpoint). Every failure is one line of `problems`.
+    An approval's passkey signature is checked against `rp_id` and `origins` when given (the shop's own
+    relying party and site), else against the RP ID and origin it names."""
+    checker = _Checker(files, log_keys, witness_keys, len(witness_keys) if quorum is None else quorum)
+    checker.rp_id, checker.origins = rp_id, list(origins) if origins else None
+    return checker.run()
 
 
 def _describe(value: Any) -> str:
@@ -146,6 +154,8 @@ class _Checker:
         self.facts: dict[str, Any] | None = None  # what the digest covers, once it is bound
         self.approvals_held: list[dict[str, Any]] = []  # consent.json's and approvals.json's entries
         self.execution_record: tuple[int, dict[str, Any]] | None = None
+        self.rp_id: str | None = None
+        self.origins: list[str] | None = None
 
     def problem(self, text: str) -> None:
         self.result.problems.append(text)
@@ -425,12 +435,11 @@ class _Checker:
                         self.problem(f"approvals.json's approval {number} has no role of {sorted(APPROVAL_EVENTS)}")
         bound: set[int] = set()
         for where, entry, role in entries:
-            if "passkey" in entry:
-                self.note(f"{where}: its passkey signature is not checked by this version of the checker.")
             record_id = self._approval_bound(where, entry, role)
             if record_id is not None:
                 bound.add(record_id)
                 self.approvals_held.append(entry)
+                self._passkey(where, entry, record_id)
         for record_id, record in sorted(self.sealed.items()):
             event = record.get("event")
             if event in APPROVAL_EVENTS.values() and record_id not in bound:
@@ -477,6 +486,41 @@ class _Checker:
             )
             agrees = False
         return record_id if agrees else None
+
+    def _passkey(self, where: str, entry: dict[str, Any], record_id: int) -> None:
+        """The approval's passkey signature, as the sealed record states it, checked offline; or the
+        approval said to be unsigned."""
+        basis = _object(self.sealed[record_id].get("approval_basis"))
+        sealed, held = basis.get("passkey"), entry.get("passkey")
+        if sealed is None and held is None:
+            self.result.unsigned.append(f"{where} (record {record_id}): not signed with a passkey")
+            return
+        if held != sealed:
+            state = "has no passkey" if held is None else "holds a passkey"
+            said = "states one" if sealed is not None else "states none"
+            self.problem(f"{where} {state}, and sealed record {record_id} {said} (or another)")
+            return
+        if not isinstance(sealed, dict):
+            self.problem(f"{where}: sealed record {record_id}'s passkey is not a signature document")
+            return
+        # Imported here: only a bundle with a passkey signature needs py_webauthn.
+        from approvals.audit.passkey_check import passkey_signature_problems
+
+        digest = str(basis.get("digest"))
+        problems = passkey_signature_problems(sealed, digest=digest, rp_id=self.rp_id, origins=self.origins)
+        for problem in problems:
+            self.problem(f"{where} (record {record_id}): passkey: {problem}")
+        if problems:
+            return
+        self.result.signed.append(
+            f"{where} (record {record_id}): signed with the passkey {sealed.get('passkey_name')!r} over digest "
+            f"{digest[:12]}… (RP ID {sealed.get('rp_id')}, origin {sealed.get('origin')}); the signature verifies"
+        )
+        if sealed.get("counter_regressed"):
+            self.note(
+                f"{where}: the passkey's signature counter went backwards at this approval "
+                f"({sealed.get('sign_count')}): the gateway flagged a possibly copied passkey."
+            )
 
     # The execution and the provider --------------------------------------------------------------
 
@@ -632,6 +676,7 @@ def check_report(check: EvidenceCheck) -> tuple[list[str], list[str]]:
         f"{checkpoint.origin}, tree of {checkpoint.size}, root {base64.b64encode(checkpoint.root).decode()}, signed by "
         f"{', '.join(check.log_keys)}{cosigned}."
     ]
+    lines += [f"Passkey: {line}" for line in check.signed + check.unsigned]
     lines += [f"Informational: {note}" for note in check.notes]
     return lines, []
 
@@ -659,12 +704,26 @@ def run(argv: Sequence[str] | None, out: TextOut, err: TextOut) -> int:
         "--witness-key", metavar="VKEY", action="append", default=[], help="a witness's cosignature verifier key"
     )
     parser.add_argument("--quorum", metavar="N", type=int, help="how many of the witness keys must cosign (all)")
+    parser.add_argument("--rp-id", metavar="RP_ID", help="the WebAuthn RP ID passkey signatures must name")
+    parser.add_argument(
+        "--origin", metavar="ORIGIN", action="append", default=[], help="an origin passkey signatures may name"
+    )
     args = parser.parse_args(argv)
-    return verify(args.file, args.log_key, args.witness_key, args.quorum, out=out, err=err)
+    return verify(
+        args.file, args.log_key, args.witness_key, args.quorum, out=out, err=err, rp_id=args.rp_id, origins=args.origin
+    )
 
 
 def verify(
-    file: str, log_keys: Sequence[str], witness_keys: Sequence[str], quorum: int | None, *, out: TextOut, err: TextOut
+    file: str,
+    log_keys: Sequence[str],
+    witness_keys: Sequence[str],
+    quorum: int | None,
+    *,
+    out: TextOut,
+    err: TextOut,
+    rp_id: str | None = None,
+    origins: Sequence[str] = (),
 ) -> int:
     """Check the bundle in `file`; 0 when valid, 1 when not (each failure on its own line of `err`)."""
     try:
@@ -678,7 +737,8 @@ def verify(
     except (ValueError, EvidenceUnreadable) as error:
         err.write(f"INVALID: can't check the bundle: {error}\n")
         return 1
-    stdout, stderr = check_report(evidence_check(files, logs, witnesses, quorum=quorum))
+    check = evidence_check(files, logs, witnesses, quorum=quorum, rp_id=rp_id, origins=origins or None)
+    stdout, stderr = check_report(check)
     for line in stdout:
         out.write(line + "\n")
     for line in stderr:

@@ -1,5 +1,6 @@
 """The engine's models, by part: agents' sessions and what they leave (`agents`), previews, approvals and
-executions (`previews`), the audit log's rows (`audit`), the staff's review work (`review`)."""
+executions (`previews`), passkeys and the signatures kept with approvals (`passkeys`), the audit log's
+rows (`audit`), the staff's review work (`review`)."""
 
 from approvals.models.agents import (
     AgentSession,
@@ -20,6 +21,7 @@ from approvals.models.audit import (
     AuditWitnessAnswer,
     CurrentTransactionId,
 )
+from approvals.models.passkeys import ApprovalSignature, Passkey, StepUpChallenge
 from approvals.models.previews import (
     AWAITING_STATUSES,
     EFFECT_IN_FLIGHT_OUTCOMES,
@@ -50,6 +52,7 @@ __all__ = [
     "AWAITING_STATUSES",
     "AgentSession",
     "Approval",
+    "ApprovalSignature",
     "ApprovalRole",
     "AuditCosignature",
     "AuditEvent",
@@ -65,6 +68,7 @@ __all__ = [
     "ExecutionOutcome",
     "IdempotencyRecord",
     "OPEN_STATUSES",
+    "Passkey",
     "Preview",
     "PreviewOrigin",
     "PreviewStatus",
@@ -78,6 +82,7 @@ __all__ = [
     "SlackReviewMessage",
     "SlackSeenRequest",
     "SlackUserLink",
+    "StepUpChallenge",
     "TERMINAL_STATUSES",
     "WebhookDelivery",
     "WebhookDeliveryStatus",

@@ -51,6 +51,8 @@ class AuditEvent(models.TextChoices):
     SHOP_TOKEN_CREATED = "shop_token_created"
     SHOP_TOKEN_REVOKED = "shop_token_revoked"
     SHOP_API_CALL = "shop_api_call"
+    PASSKEY_REGISTERED = "passkey_registered"
+    PASSKEY_REMOVED = "passkey_removed"
 
 
 class CurrentTransactionId(models.Func):

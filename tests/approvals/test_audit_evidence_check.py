@@ -407,9 +407,14 @@ def test_verify_evidence_takes_a_witness_policy(tmp_path):
     ]
 
 
-def test_a_passkey_signature_is_said_to_be_unchecked():
-    """The place issue 32's passkey assertion takes: the checker says it does not check it (yet)."""
+def test_a_passkey_signature_no_sealed_record_states_is_refused():
+    """A bundle's passkey must be the one its sealed record states (tests/approvals/test_audit_evidence_passkeys.py
+    checks real signatures); an approval with none is said to be unsigned."""
+    check = evidence_check(bundle(), [vkey(NEW_KEY)])
+    assert check.problems == []
+    assert [line.split(": ", 1)[1] for line in check.unsigned] == ["not signed with a passkey"]
     files = edited(bundle(), "consent.json", lambda v: v.update(passkey={"authenticator_data": "..."}))
     check = evidence_check(files, [vkey(NEW_KEY)])
-    assert check.problems == []
-    assert "consent.json: its passkey signature is not checked by this version of the checker." in check.notes
+    assert len(check.problems) == 1
+    assert check.problems[0].startswith("consent.json holds a passkey, and sealed record ")
+    assert check.problems[0].endswith(" states none (or another)")

@@ -29,6 +29,10 @@ class Command(BaseCommand):
             "--witness-key", metavar="VKEY", action="append", default=[], help="A witness's verifier key (repeatable)."
         )
         parser.add_argument("--quorum", metavar="N", type=int, help="How many witness keys must cosign (default: all).")
+        parser.add_argument("--rp-id", metavar="RP_ID", help="The WebAuthn RP ID passkey signatures must name.")
+        parser.add_argument(
+            "--origin", metavar="ORIGIN", action="append", default=[], help="An origin passkey signatures may name."
+        )
 
     def handle(
         self,
@@ -37,8 +41,12 @@ class Command(BaseCommand):
         log_key: list[str],
         witness_key: list[str],
         quorum: int | None = None,
+        rp_id: str | None = None,
+        origin: list[str] | None = None,
         **options: Any,
     ) -> None:
-        code = verify(file, log_key, witness_key, quorum, out=self.stdout, err=self.stderr)
+        code = verify(
+            file, log_key, witness_key, quorum, out=self.stdout, err=self.stderr, rp_id=rp_id, origins=origin or ()
+        )
         if code:
             raise SystemExit(code)
