@@ -31,6 +31,7 @@ from approvals.core.services.decisions import approval_add, preview_expire_if_du
 from approvals.core.services.execution.opening import preview_end
 from approvals.core.services.previews import preview_digest, status_awaiting
 from approvals.core.services.rights import may_review_action, staff_right_error
+from approvals.core.stepup import step_up_needed
 from approvals.core.transitions import preview_transitioned
 from approvals.models import (
     AWAITING_STATUSES,
@@ -357,7 +358,23 @@ def _apply_standing_grant(preview: Preview, action: Action) -> None:
         if grant.role == ApprovalRole.STAFF and staff_right_error(preview, grant.approver, approving=True):
             transaction.set_rollback(True)
             return
-        approval_add(preview, approver=grant.approver, role=grant.role, basis=grant.basis, event=AuditEvent.APPROVED)
+        needs_passkey = step_up_needed(preview, grant.role)
+        if needs_passkey:
+            transaction.set_rollback(True)
+        else:
+            approval_add(
+                preview, approver=grant.approver, role=grant.role, basis=grant.basis, event=AuditEvent.APPROVED
+            )
+    if needs_passkey:  # given in advance, it signed no digest: the preview waits for a passkey approval
+        audit_record(
+            event=AuditEvent.STANDING_APPROVAL_REFUSED,
+            preview=preview,
+            actor=grant.approver,
+            result={
+                "basis": grant.basis,
+                "reason": "an approval at this amount needs a passkey (STEP_UP_THRESHOLDS); approve it in the console",
+            },
+        )
 
 
 # Withdrawing ---------------------------------------------------------------------------------
