@@ -298,7 +298,9 @@ def test_quorum_two_with_one_witness_down_publishes_nothing_new_until_it_is_back
     second_peer = started("witness.test/w2", [(ORIGIN, gateway.log_vkey)])
     gateway.configure(first_peer.entry(), second_peer.entry(), quorum=2)
     first = gateway.seal(alice)
-    assert gateway.published_sizes() == [first.size]
+    # One seal may make two heads when another transaction on the server holds the seal horizon back.
+    before = gateway.published_sizes()
+    assert before[-1] == first.size
 
     second_peer.stop()
     settings.AUDIT_WITNESS_LAG_MAX_SECONDS = 0  # any wait counts as lagging, for this test
@@ -307,7 +309,7 @@ def test_quorum_two_with_one_witness_down_publishes_nothing_new_until_it_is_back
     preview = Preview.objects.get(pk=response.json()["preview"]["id"])
     middle = gateway.seal(alice)
     assert set(AuditCosignature.objects.filter(head=middle).values_list("witness", flat=True)) == {first_peer.vkey}
-    assert gateway.published_sizes() == [first.size]  # no line for the head w2 did not cosign
+    assert gateway.published_sizes() == before  # no line for the head w2 did not cosign
     assert seal.latest_published_head() == first
     served = client.get("/audit/checkpoint").content.decode()
     assert served == seal.checkpoint_note(first)
@@ -336,10 +338,9 @@ def test_quorum_two_with_one_witness_down_publishes_nothing_new_until_it_is_back
     second_peer.start()
     settings.AUDIT_WITNESS_LAG_MAX_SECONDS = 300
     last = gateway.seal(alice)
-    assert gateway.published_sizes() == [
-        first.size,
-        last.size,
-    ]  # the middle head never had its quorum; this one covers it
+    published = gateway.published_sizes()
+    assert published[: len(before)] == before and published[-1] == last.size
+    assert middle.size not in published  # the middle head never had its quorum; this one covers it
     back = AuditWitnessAnswer.objects.get(witness=second_peer.vkey)
     assert (back.outcome, back.size, back.old_size) == ("cosigned", last.size, first.size)  # a proof from there
     assert seal.latest_published_head() == last
