@@ -88,9 +88,7 @@ class TileBuilder:
 
     def finish(self) -> list[TileRow]:
         return [
-            TileRow(level, self._full[level], bytes(filling))
-            for level, filling in enumerate(self._filling)
-            if filling
+            TileRow(level, self._full[level], bytes(filling)) for level, filling in enumerate(self._filling) if filling
         ]
 
 

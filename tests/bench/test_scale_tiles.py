@@ -15,7 +15,10 @@ from tests.conftest import propose, seal_all
 
 
 def _stored_tiles() -> list[tuple[int, int, bytes]]:
-    return sorted((level, index, bytes(hashes)) for level, index, hashes in AuditTile.objects.values_list("level", "index", "hashes"))
+    return sorted(
+        (level, index, bytes(hashes))
+        for level, index, hashes in AuditTile.objects.values_list("level", "index", "hashes")
+    )
 
 
 def _sealers_tiles(leaves: bytes, batches: list[int]) -> list[tuple[int, int, bytes]]:
@@ -45,7 +48,12 @@ def test_chunks_of_any_length_give_the_same_tiles():
     for start, end in ((0, 1), (1, 300), (300, 301), (301, 700)):
         rows += ragged.add(leaves[start * 32 : end * 32])
     assert rows + ragged.finish() == whole
-    assert [(row.level, row.index, len(row.hashes) // 32) for row in whole] == [(0, 0, 256), (0, 1, 256), (0, 2, 188), (1, 0, 2)]
+    assert [(row.level, row.index, len(row.hashes) // 32) for row in whole] == [
+        (0, 0, 256),
+        (0, 1, 256),
+        (0, 2, 188),
+        (1, 0, 2),
+    ]
     with pytest.raises(ValueError, match="32 bytes"):
         TileBuilder().add(b"\x00" * 33)
 
