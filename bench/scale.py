@@ -48,14 +48,16 @@ AUDIT_SIZES = (10_000, 100_000, 1_000_000, 10_000_000)
 SHOP_SIZES = (10_000, 1_000_000)
 REPEATS = 30  # calls per cost (their median and p95), after WARMUP unmeasured ones
 WARMUP = 4
+PAGE_BUDGET_S = 30  # a page slower than a second is timed fewer times (at least 5)
 SEALER_BATCH = 2000  # records in the seal the sealer's rate is read from (a round's; at most SEAL_BATCH_SIZE)
 SMALL_BATCH, SMALL_ROUNDS = 10, 5
 TARGET_RATIO = 1.5
-STARTED = time.monotonic()
+# The run's start, the same in every process of it: the log's elapsed times count from there.
+STARTED = float(os.environ.get("BENCH_SCALE_STARTED") or time.time())
 
 
 def log(message: str) -> None:
-    print(f"[bench-scale {time.strftime('%H:%M:%S')} +{time.monotonic() - STARTED:5.0f}s] {message}", flush=True)
+    print(f"[bench-scale {time.strftime('%H:%M:%S')} +{time.time() - STARTED:5.0f}s] {message}", flush=True)
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -101,16 +103,22 @@ def explain(sql: str) -> str:
         return "\n".join(row[0] for row in cursor.fetchall())
 
 
-def measure(call: Callable[[int], Any], *, repeats: int = REPEATS, warmup: int = WARMUP) -> dict[str, Any]:
-    """`call(i)` for i = 0, 1, ...: `warmup` unmeasured, `repeats` timed (median, p95), one more with its
-    statements captured; and the plan of that call's slowest SELECT."""
+def measure(
+    call: Callable[[int], Any], *, repeats: int = REPEATS, warmup: int = WARMUP, budget_s: float | None = None
+) -> dict[str, Any]:
+    """`call(i)` for i = 0, 1, ...: `warmup` unmeasured, `repeats` timed (median, p95, CPU per call), one
+    more with its statements captured; and the plan of that call's slowest SELECT. With `budget_s`, a
+    slow call is repeated fewer times (at least 5), about `budget_s` seconds' worth."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
     from .scale_clock import CpuClock, cpu_per_call
 
+    last = 0.0
     for i in range(warmup):
-        call(i)
+        last = _timed(lambda i=i: call(i)) / 1000
+    if budget_s is not None and last > 0:
+        repeats = max(5, min(repeats, int(budget_s / last)))
     clock = CpuClock()
     clock.start()
     times = [_timed(lambda i=i: call(i)) for i in range(warmup, warmup + repeats)]
@@ -364,7 +372,8 @@ def audit_measure(size: int, round_number: int) -> dict[str, Any]:
         raise RuntimeError(f"the receipt does not check: {receipt['problems']}")
     log(
         f"  receipt (a fresh process, tree of {receipt['tree_size']:,}): p50 {receipt['p50_ms']} ms, "
-        f"p95 {receipt['p95_ms']} ms, {receipt['queries']} statements, {receipt['tiles_read']} tiles; "
+        f"p95 {receipt['p95_ms']} ms, CPU {receipt['cpu_app_ms']} + {receipt['cpu_db_ms']} ms (web process + "
+        f"PostgreSQL), {receipt['queries']} statements, {receipt['tiles_read']} tiles; "
         f"RSS {receipt['rss_before_mib']} -> {receipt['rss_after_mib']} MiB, peak {receipt['peak_rss_mib']} MiB"
     )
 
@@ -399,8 +408,10 @@ def audit_measure(size: int, round_number: int) -> dict[str, Any]:
     }
     log(
         f"  verify_audit after {SMALL_BATCH} new records {result['verify_audit']['p50_ms']} ms "
-        f"({result['verify_audit']['queries']} statements); a seal of {SMALL_BATCH} records "
-        f"{result['small_seal']['p50_ms']} ms; the sealer {result['sealer']['records_per_s']:,.0f} records/s"
+        f"(CPU {result['verify_audit']['cpu_ms']} ms, {result['verify_audit']['queries']} statements); a seal of "
+        f"{SMALL_BATCH} records {result['small_seal']['p50_ms']} ms (CPU {result['small_seal']['cpu_ms']} ms); "
+        f"the sealer {result['sealer']['records_per_s']:,.0f} records/s "
+        f"(CPU {result['sealer']['cpu_ms_per_record']} ms a record)"
     )
     result["cpu_steal_percent"] = machine.percent()
     return result
@@ -466,11 +477,12 @@ def shop_measure(size: int, round_number: int, shop_file: Path) -> dict[str, Any
     staff = Client()
     staff.force_login(User.objects.get(username="bench-reviewer"))
     log(f"  the console queue, a search ({shop.search_term}), a customer's orders page")
-    costs["console_queue"] = measure(page(staff, "/console/", 'class="queue-row'))
-    costs["console_search"] = measure(page(staff, "/console/", shop.search_term, q=shop.search_term))
+    costs["console_queue"] = measure(page(staff, "/console/", 'class="queue-row'), budget_s=PAGE_BUDGET_S)
+    search = page(staff, "/console/", shop.search_term, q=shop.search_term)
+    costs["console_search"] = measure(search, budget_s=PAGE_BUDGET_S)
     customer = Client()
     customer.force_login(User.objects.get(username=shop.history_customer))
-    costs["orders_page"] = measure(page(customer, "/orders/", "S0"))
+    costs["orders_page"] = measure(page(customer, "/orders/", "S0"), budget_s=PAGE_BUDGET_S)
     unsealed = AuditRecord.objects.filter(~Exists(AuditLeaf.objects.filter(record_id=OuterRef("pk"))))
     costs["unsealed_count"] = measure(lambda _i: unsealed.count(), repeats=5, warmup=1)
     log("  " + "; ".join(f"{name} {cost['p50_ms']} ms ({cost['queries']})" for name, cost in costs.items()))
@@ -552,6 +564,7 @@ def main(argv: list[str] | None = None) -> int:
         "AUDIT_SIGNING_KEY": base64.b64encode(os.urandom(32)).decode(),  # the run's own, never printed
         "PYTHONUNBUFFERED": "1",
         "PYTHONWARNINGS": "ignore:No directory at:UserWarning",
+        "BENCH_SCALE_STARTED": str(STARTED),
     }
     workdir = Path(tempfile.mkdtemp(prefix="gateway-scale-"))
     result: dict[str, Any] = {
@@ -570,7 +583,9 @@ def main(argv: list[str] | None = None) -> int:
             [str(VENV_BIN / "python"), "-m", "bench.scale", "--worker", part, "--phase", phase, "--size", str(size)]
             + ["--round", str(round_number), "--result", str(out)],
             cwd=ROOT,
-            env={**env, "DATABASE_URL": databases[part, size].url},
+            # The same ids in every size's database (copies of one template): each size gets cache keys of
+            # its own, or the throttles would count one size's calls against another's.
+            env={**env, "DATABASE_URL": databases[part, size].url, "BENCH_RUN_ID": f"{run_id}-{part}-{size}"},
             check=True,
         )
         return json.loads(out.read_text())
@@ -612,7 +627,7 @@ def main(argv: list[str] | None = None) -> int:
         for leftover in workdir.glob("*"):
             leftover.unlink()
         workdir.rmdir()
-    result["seconds"] = round(time.monotonic() - STARTED, 1)
+    result["seconds"] = round(time.time() - STARTED, 1)
     tables = report(result)
     result["tables"] = tables
     out = args.out or BENCH / "results" / f"scale-{datetime.now():%Y%m%d-%H%M%S}.json"
