@@ -1,23 +1,25 @@
 """`make bench-scale`: each cost at growing sizes of data, on PostgreSQL (docs/benchmarks.md, "make bench-scale").
 
-    python -m bench.scale [--sizes 10k,1M] [--only audit|shop] [--keep-db] [--out FILE]
+    python -m bench.scale [--sizes 10k,1M] [--only audit|shop] [--rounds 3] [--keep-db] [--out FILE]
 
-Two parts, each size in a database of its own (`gateway_scale_<run>_<part>_<size>`, copied from one
-migrated template, dropped at the end unless --keep-db) and measured by a Python process of its own:
+Each size gets a database of its own (`gateway_scale_<time>_<pid>_<part>_<size>`, a copy of one migrated
+template, all dropped at the end unless --keep-db), loaded once; then each size is measured in rounds, the
+sizes in alternating order (small to large, large to small, ...), each time by a Python process of its own,
+and each figure is the median of its rounds. Two parts:
 
-* **audit**: 10 thousand to 10 million leaves. The leaf hashes are generated and written directly as the
-  stored tiles with a signed tree head at size N (bench/scale_tiles.py); a real preview is then proposed
-  through the agent API, confirmed and executed, and its audit records sealed on top by `audit_seal()`.
-  Measured: the receipt (`GET /api/agent/previews/<id>/receipt`, in a fresh process: bench/scale_receipts.py)
-  with its statements, tiles read and the process's memory; `verify_audit` from the last checkpoint after
-  10 new records; a seal of 10 records; the sealer's records per second in seals of 5,000.
-* **shop**: 10 thousand and 1 million rows per table (bench/scale_shop.py). Measured in-process with
-  Django's test client and the services: a proposal, a confirmation, an execution, the console queue's
-  first page and a search, a customer's orders page, each the median of 30 calls with its statement count;
-  and the slowest statement of each, with EXPLAIN (ANALYZE, BUFFERS).
+* **audit**, 10 thousand to 10 million leaves: N random leaf hashes written directly as the stored tiles,
+  with a signed tree head at N (bench/scale_tiles.py). Each round proposes a refund through the agent API,
+  confirms and executes it, and seals its audit records on top with `audit_seal()`; then measures its
+  receipt (`GET /api/agent/previews/<id>/receipt`) in a fresh web process (bench/scale_receipts.py) with
+  the statements and tiles it reads and the process's memory, `verify_audit` from the last checkpoint
+  after 10 new records, a seal of 10 records and the sealer's records per second.
+* **shop**, 10 thousand and 1 million rows per table (bench/scale_shop.py, COPY): a proposal, a
+  confirmation, an execution, the console queue's first page and a search, a customer's orders page, in
+  this process through Django's test client and the services; each the median of 30 calls, with its CPU
+  (bench/scale_clock.py), its statement count and the EXPLAIN (ANALYZE, BUFFERS) of its slowest SELECT.
 
-It prints a Markdown table per part, each cost at each size and its ratio to the smallest size, and
-writes everything to bench/results/scale-<time>.json.
+It prints a Markdown table per part (each cost at each size, its ratio to the smallest size) and writes
+everything to bench/results/scale-<time>.json.
 """
 
 from __future__ import annotations
@@ -144,7 +146,7 @@ def _no_broker() -> None:
     """Publishing to the broker is not what is measured: an execution is run here, in-process."""
     from celery.app.task import Task
 
-    Task.delay = lambda self, *args, **kwargs: None  # type: ignore[method-assign]
+    Task.delay = lambda self, *args, **kwargs: None  # type: ignore[method-assign]  # publishing is not measured
 
 
 def _with_progress(rows: Iterable[Any], *, what: str, total: int, every: float = 10.0) -> Iterator[Any]:
@@ -290,10 +292,13 @@ def audit_load(size: int) -> dict[str, Any]:
     from approvals.audit.log import now_ms
     from approvals.models import AuditTile
 
+    from .scale_clock import CpuClock
     from .scale_tiles import random_leaf_chunks, tiles_of, tiles_write, tree_head_sign
 
     level0 = math.ceil(size / 256)
     log(f"audit {size:,}: {size:,} random leaf hashes written as tiles ({level0:,} leaf tiles and those above)")
+    clock = CpuClock()
+    clock.start()
     started = time.monotonic()
     rows = _with_progress(tiles_of(random_leaf_chunks(size, seed=size)), what="tiles", total=level0 + level0 // 255)
     tiles = tiles_write(rows)
@@ -302,14 +307,29 @@ def audit_load(size: int) -> dict[str, Any]:
         head = tree_head_sign(size, timestamp=now_ms())
         cursor.execute("SELECT pg_total_relation_size(%s)", [AuditTile._meta.db_table])
         table_bytes = cursor.fetchone()[0]
+    own, backend = clock.stop()
     generated = {
         "seconds": round(time.monotonic() - started, 1),
+        "cpu_seconds": round(own / 1000, 1),  # this process's: hashing, COPY's text
+        "postgres_cpu_seconds": round(backend / 1000, 1) if backend is not None else None,
         "tiles": tiles,
         "table_mib": round(table_bytes / 2**20, 1),
         "root": head.root_hash,
     }
-    log(f"  {tiles:,} tiles ({generated['table_mib']} MiB) and a signed tree head in {generated['seconds']} s")
+    log(
+        f"  {tiles:,} tiles ({generated['table_mib']} MiB) and a signed tree head in {generated['seconds']} s "
+        f"(CPU {generated['cpu_seconds']} s here, {generated['postgres_cpu_seconds']} s in PostgreSQL)"
+    )
+    _checkpoint()
     return {"generated": generated}
+
+
+def _checkpoint() -> None:
+    """Write what the load left in PostgreSQL's buffers out now, not during the first round's measurements."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("CHECKPOINT")
 
 
 def audit_measure(size: int, round_number: int) -> dict[str, Any]:
@@ -430,6 +450,7 @@ def shop_load(size: int, shop_file: Path) -> dict[str, Any]:
     log(f"  written in {loaded:.0f} s; VACUUM ANALYZE (what autovacuum would have done by then)")
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE")
+    _checkpoint()
     reviewer()
     shop_file.write_text(json.dumps(shop.as_json()))
     return {
