@@ -535,19 +535,16 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def combined(rounds: list[dict[str, Any]]) -> dict[str, Any]:
-    """One result from a size's rounds: each number the median of the rounds' (texts and lists: the
-    last round's)."""
+    """One result from a size's rounds: each number the median of the rounds that have it (a CPU figure is
+    None in a round whose connection changed), texts and lists the last round's."""
     out: dict[str, Any] = {}
     for key, last in rounds[-1].items():
         values = [r.get(key) for r in rounds]
+        numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
         if isinstance(last, dict):
             out[key] = combined([v for v in values if isinstance(v, dict)])
-        elif (
-            isinstance(last, int | float)
-            and not isinstance(last, bool)
-            and all(isinstance(v, int | float) for v in values)
-        ):
-            out[key] = round(statistics.median(values), 2)
+        elif numbers and all(v is None or v in numbers for v in values):
+            out[key] = round(statistics.median(numbers), 2)
         else:
             out[key] = last
     return out
