@@ -13,12 +13,13 @@ class ApprovalsConfig(AppConfig):
         from approvals.agents import webhooks  # noqa: F401
         from approvals.agents.api import authentication, serializers  # noqa: F401  (register the OpenAPI extensions)
         from approvals.audit import checks as audit_checks  # noqa: F401
+        from approvals.audit.cosigning import witnesses_report
         from approvals.audit.seal import seal_lag_seconds
         from approvals.console import (
             notifications,  # noqa: F401
             slack,  # noqa: F401  (the Slack review messages' listener and tasks)
         )
-        from approvals.core import checks, quorum  # noqa: F401
+        from approvals.core import checks, quorum, stepup  # noqa: F401
         from approvals.core.registry import ImportSection, registry
         from approvals.core.staff_roles import staff_roles_migrate
         from approvals.operations import metrics
@@ -62,4 +63,5 @@ class ApprovalsConfig(AppConfig):
 
         metrics.count_actions(registry.actions.keys)
         metrics.measure_seal_lag(seal_lag_seconds)
+        metrics.measure_witnesses(witnesses_report)  # for /metrics and /readyz
         notifications.register()  # the reviewer digest is scheduled when a preview starts waiting for staff

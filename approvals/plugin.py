@@ -14,7 +14,9 @@ then its previews carry an amount, the quorum and the console's amount column ap
 `subject_changed_words` (the customer's explanation when the subject changed),
 `searchable_payload_fields` (the console's search), `counts_toward_spending_limits`,
 `idempotent_effect`, `can_look_up_effect`, `effect_performer` (who makes the effect, in the engine's
-words: "the payment provider") and `effect_reference(effect)` (how people find it: "reference re_1").
+words: "the payment provider"), `effect_reference(effect)` (how people find it: "reference re_1") and
+`provider_evidence(preview)` (the outside world's references and events for a preview's evidence
+bundle, a `ProviderEvidence`; None by default).
 
 **The subject.** The action names the row it acts on: `subject_model`, `subject_type`,
 `subject_id_field` (the id people see), `subject_owner_field`, `subject_version_field`, and its refusal
@@ -100,6 +102,7 @@ from approvals.core.registry import (
     ImportSection,
     Link,
     Proposal,
+    ProviderEvidence,
     ReviewDocument,
     RiskFlag,
     RuleResult,
@@ -170,6 +173,7 @@ __all__ = [
     "PreviewOrigin",
     "PreviewStatus",
     "Proposal",
+    "ProviderEvidence",
     "ReadOnlyInline",
     "ReadOnlyModelAdmin",
     "RefusalCode",

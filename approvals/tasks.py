@@ -15,15 +15,18 @@ from typing import Any
 
 from celery import Task, shared_task
 
+from approvals.audit import cosigning
 from approvals.audit.seal import checkpoint_webhook_request
 from approvals.console import notifications
 from approvals.core import services
 from approvals.core.errors import TransientExecutionError
 from approvals.operations import metrics
 from approvals.operations.publish import (
+    COSIGN_AUDIT_CHECKPOINT,
     DELIVER_AUDIT_CHECKPOINT,
     EXECUTE_PREVIEW,
     NOTIFY_COUNTER_PROPOSAL,
+    NOTIFY_PASSKEYS_REMOVED,
     NOTIFY_REVIEWERS,
 )
 
@@ -102,6 +105,17 @@ def deliver_audit_checkpoint(self: Task, url: str, checkpoint: dict[str, Any], *
     metrics.webhook_delivered("audit_checkpoint", seconds=time.monotonic() - started)
 
 
+@shared_task(name=COSIGN_AUDIT_CHECKPOINT, bind=True, max_retries=5, ignore_result=True)
+def cosign_audit_checkpoint(self: Task, size: int | None = None, **kwargs: Any) -> None:
+    """The latest tree head to the witnesses (after the seal of `size`; from the beat, without one).
+    Witnesses that did not answer are asked again with backoff; the beat asks after that."""
+    submissions = cosigning.cosignatures_collect(size)
+    unanswered = any(submission.outcome == "unreachable" for submission in submissions)
+    assert self.max_retries is not None, "set by the task's decorator"
+    if unanswered and not self.request.is_eager and self.request.retries < self.max_retries:
+        raise self.retry(countdown=cosigning.retry_countdown(self.request.retries))
+
+
 @shared_task(name=NOTIFY_REVIEWERS)
 def notify_reviewers(**kwargs: Any) -> dict[str, Any]:
     report = notifications.notify_reviewers()
@@ -116,3 +130,8 @@ def notify_reviewers(**kwargs: Any) -> dict[str, Any]:
 @shared_task(name=NOTIFY_COUNTER_PROPOSAL)
 def notify_counter_proposal(preview_id: str, **kwargs: Any) -> bool:
     return notifications.counter_proposal_email(preview_id)
+
+
+@shared_task(name=NOTIFY_PASSKEYS_REMOVED)
+def notify_passkeys_removed(user_id: int, lead: str, names: list[str], **kwargs: Any) -> bool:
+    return notifications.passkeys_removed_email(user_id, lead=lead, names=names)

@@ -172,10 +172,12 @@ CELERY_QUEUES_BY_KIND = {
         "approvals.deliver_agent_webhook",
         "approvals.resend_due_webhooks",
         "approvals.deliver_audit_checkpoint",
+        "approvals.cosign_audit_checkpoint",
     ],
     "notifications": [
         "approvals.notify_reviewers",
         "approvals.notify_counter_proposal",
+        "approvals.notify_passkeys_removed",
         "approvals.slack_post_review",
         "approvals.slack_update_review",
         "refunds.notify_refund_status",
@@ -435,6 +437,15 @@ AUDIT_READ_TOKEN = env.str("AUDIT_READ_TOKEN", default="")
 # of them) have cosigned it.
 AUDIT_WITNESSES = env.list("AUDIT_WITNESSES", default=[])
 AUDIT_WITNESS_QUORUM = env.int("AUDIT_WITNESS_QUORUM", default=len(AUDIT_WITNESSES))
+# The whole time one submission to the witnesses may take (all of them at once, a retry after a 409
+# included), so that a slow witness holds a `deliveries` worker no longer than this.
+AUDIT_WITNESS_DEADLINE_SECONDS = env.float("AUDIT_WITNESS_DEADLINE_SECONDS", default=10.0)
+# A witness that refused or did not answer is sent the latest head again no sooner than this (the task's
+# retries start there and double); a checkpoint it refused is never sent to it again.
+AUDIT_WITNESS_RETRY_SECONDS = env.float("AUDIT_WITNESS_RETRY_SECONDS", default=30.0)
+# /readyz reports the witnesses as degraded (it still answers 200: money does not wait for witnesses)
+# when the oldest tree head not yet published has waited longer than this for its cosignatures.
+AUDIT_WITNESS_LAG_MAX_SECONDS = env.float("AUDIT_WITNESS_LAG_MAX_SECONDS", default=300.0)
 AUDIT_CHECKPOINT_FILE = env.str("AUDIT_CHECKPOINT_FILE", default="")
 AUDIT_CHECKPOINT_WEBHOOKS = env.list("AUDIT_CHECKPOINT_WEBHOOKS", default=[])
 AUDIT_CHECKPOINT_WEBHOOK_SECRET = env.str("AUDIT_CHECKPOINT_WEBHOOK_SECRET", default="")
@@ -463,6 +474,15 @@ SLACK_SIGNING_SECRET = env.str("SLACK_SIGNING_SECRET", default="")
 SLACK_REVIEW_CHANNEL = env.str("SLACK_REVIEW_CHANNEL", default="")
 SLACK_API_URL = env.str("SLACK_API_URL", default="https://slack.com/api/")
 SLACK_TIMEOUT_SECONDS = env.int("SLACK_TIMEOUT_SECONDS", default=5)
+# Passkeys (approvals.core.stepup, docs/security.md): approvals that need a passkey assertion over the
+# preview's digest, by action, currency (or `*`) and from an amount in minor units, for staff
+# (`refund_order:EUR:50000,send_invoice:*:0`) and for the customer's confirmation; unset, none does. The
+# relying party: WEBAUTHN_RP_ID (default: PUBLIC_BASE_URL's host) and WEBAUTHN_ORIGINS (comma-separated;
+# default: PUBLIC_BASE_URL's origin). `manage.py check` refuses values it cannot read.
+STEP_UP_THRESHOLDS = env.str("STEP_UP_THRESHOLDS", default="")
+CUSTOMER_STEP_UP_THRESHOLDS = env.str("CUSTOMER_STEP_UP_THRESHOLDS", default="")
+WEBAUTHN_RP_ID = env.str("WEBAUTHN_RP_ID", default="")
+WEBAUTHN_ORIGINS = [o.strip().rstrip("/") for o in env.list("WEBAUTHN_ORIGINS", default=[]) if o.strip()]
 
 CELERY_BEAT_SCHEDULE = {
     "notify-reviewers": {"task": "approvals.notify_reviewers", "schedule": float(REVIEW_NOTIFY_INTERVAL_SECONDS)},
@@ -472,6 +492,8 @@ CELERY_BEAT_SCHEDULE = {
     "reconcile-payments": {"task": "refunds.reconcile", "schedule": float(RECONCILE_INTERVAL_SECONDS)},
     "resend-due-webhooks": {"task": "approvals.resend_due_webhooks", "schedule": 300.0},
 }
+if AUDIT_WITNESSES:  # the latest tree head to witnesses that missed it (down, or a broker outage)
+    CELERY_BEAT_SCHEDULE["cosign-audit-checkpoint"] = {"task": "approvals.cosign_audit_checkpoint", "schedule": 60.0}
 if SLACK_BOT_TOKEN:  # posts what a lost publication missed, and updates messages a failed chat.update left stale
     CELERY_BEAT_SCHEDULE["slack-sync-reviews"] = {
         "task": "approvals.slack_post_review",

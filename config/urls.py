@@ -12,6 +12,7 @@ from approvals.console.slack_views import slack_interactions
 from approvals.core.registry import registry
 from approvals.site import transparency
 from approvals.site.login import ThrottledLoginView
+from approvals.site.passkeys.urls import account_patterns, console_patterns
 
 
 def home(request: HttpRequest) -> HttpResponse:
@@ -34,6 +35,8 @@ urlpatterns = [
     path("previews/", include("approvals.customers.urls")),
     path("orders/", include("refunds.urls")),
     path("console/shop-tokens/", include("approvals.site.shopdata.console_urls")),
+    path("console/passkeys/", include(console_patterns)),
+    path("account/passkeys/", include(account_patterns)),
     path("console/", include("approvals.console.urls")),
     path("console/payments/", include("refunds.console_urls")),
     path("payments/", include("refunds.payment_urls")),

@@ -19,6 +19,7 @@ from approvals.plugin import (
     Preview,
     PreviewOrigin,
     Proposal,
+    ProviderEvidence,
     RefusalCode,
     ReviewDocument,
     RiskFlag,
@@ -31,7 +32,13 @@ from approvals.plugin import (
     format_minor,
 )
 
-from .mail import SEND_INVOICE, InvoiceSendRefused, invoice_delivery_record, invoice_email_send
+from .mail import (
+    SEND_INVOICE,
+    InvoiceSendRefused,
+    invoice_delivery_evidence,
+    invoice_delivery_record,
+    invoice_email_send,
+)
 from .models import Delivery, Invoice, InvoiceContact, InvoiceStatus, StandingApproval
 from .permissions import APPROVE_SENDS, SEND_ANY_INVOICE, STAFF_ROLES, may_approve_sends
 from .rendering import invoice_email_render
@@ -176,6 +183,9 @@ class SendInvoiceAction(Action):
         if effect and effect.get("message_id"):
             return f"message id {effect['message_id']}"
         return "no reference"
+
+    def provider_evidence(self, preview: Preview) -> ProviderEvidence | None:
+        return invoice_delivery_evidence(preview=preview)
 
     def record(self, *, preview: Preview, subject: Any, effect: dict[str, Any]) -> dict[str, Any]:
         delivery = invoice_delivery_record(preview=preview, invoice=subject, sent=effect)

@@ -8,7 +8,7 @@ from typing import Any
 from django.conf import settings
 from django.core.mail import EmailMultiAlternatives
 
-from approvals.plugin import ExecutionFailure, Preview, PreviewStatus, TransientExecutionError
+from approvals.plugin import ExecutionFailure, Preview, PreviewStatus, ProviderEvidence, TransientExecutionError
 
 from .models import Delivery, Invoice
 from .rendering import invoice_email_render
@@ -105,4 +105,24 @@ def invoice_delivery_record(*, preview: Preview, invoice: Invoice, sent: dict[st
         subject=sent["subject"],
         message_id=sent["message_id"],
         content_digest=sent["content_digest"],
+    )
+
+
+def invoice_delivery_evidence(*, preview: Preview) -> ProviderEvidence | None:
+    """What the mail server accepted for this preview, for the evidence bundle: the Message-ID (the
+    receiving side finds the message by it), the envelope recipients, the subject and the digest of the
+    content sent (the names of the execution's effect, compared with it). SMTP sends no events. None
+    before anything was sent."""
+    delivery = Delivery.objects.filter(preview=preview).first()
+    if delivery is None:
+        return None
+    return ProviderEvidence(
+        references={
+            "message_id": delivery.message_id,
+            "recipients": delivery.recipients,
+            "subject": delivery.subject,
+            "content_digest": delivery.content_digest,
+            "invoice_version": delivery.invoice_version,
+            "sent_at": delivery.sent_at.isoformat(),
+        }
     )

@@ -18,6 +18,7 @@ from approvals.plugin import (
     Preview,
     PreviewStatus,
     Proposal,
+    ProviderEvidence,
     RiskFlag,
     RuleResult,
     amount_in_flight,
@@ -35,7 +36,7 @@ from .models import DEAD_REFUND_STATUSES, Order, Refund, RefundStatus
 from .permissions import REVIEW_REFUNDS, STAFF_ROLES, may_see_payments
 from .policy import ORDER_UNAVAILABLE_MESSAGE, RefundRefusal, refund_policy_check, refund_policy_checks
 from .serializers import RefundOrderArguments
-from .services import refund_find, refund_pay, refund_record
+from .services import refund_evidence, refund_find, refund_pay, refund_record
 
 CATCH_ALL = "*"
 REASON_WORDS = {"damaged": "Arrived damaged", "late": "Delivered late", "unwanted": "No longer wanted"}
@@ -158,6 +159,9 @@ class RefundOrderAction(Action):
         if effect and effect.get("refund_id"):
             return f"reference {effect['refund_id']}"
         return "no reference"
+
+    def provider_evidence(self, preview: Preview) -> ProviderEvidence | None:
+        return refund_evidence(preview=preview)
 
     can_look_up_effect = True
 

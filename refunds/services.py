@@ -10,6 +10,7 @@ from django.db.models import F
 from approvals.plugin import (
     ExecutionFailure,
     Preview,
+    ProviderEvidence,
     ShopDataInvalid,
     TransientExecutionError,
     amount_of,
@@ -17,7 +18,7 @@ from approvals.plugin import (
 )
 
 from .gateways import GatewayRefund, PaymentGateway, ProviderRemaining, ProviderRemainingExceeded, payment_gateway
-from .models import Order, Refund, RefundStatus
+from .models import Order, ProviderEvent, Refund, RefundStatus
 from .reconciliation import order_reconcile
 from .serializers import refunded_beyond_total_problem
 
@@ -184,6 +185,43 @@ def refund_record(
         "order_refunded_minor": order.refunded_minor,
         "refund_status": status,
     }
+
+
+def refund_evidence(*, preview: Preview) -> ProviderEvidence | None:
+    """The payment provider's references to the preview's refund and its events about it, for the
+    evidence bundle: the refund's id, the payment it refunds and the idempotency key it was asked with
+    (the names of the execution's effect, compared with it), where its money is now, and every event
+    the provider sent about it, as received. None before a refund was recorded."""
+    refund = Refund.objects.select_related("order").filter(preview=preview).first()
+    if refund is None:
+        return None
+    events = ProviderEvent.objects.filter(object_id=refund.gateway_refund_id).order_by("received_at", "pk")
+    return ProviderEvidence(
+        references={
+            "refund_id": refund.gateway_refund_id,
+            "amount_minor": refund.amount_minor,
+            "currency": refund.currency,
+            "order_id": refund.order.number,
+            "payment_ref": refund.order.payment_ref or refund.order.number,
+            "idempotency_key": f"refund:{preview.pk}",
+            "recorded_at": refund.created_at.isoformat(),
+            "status_now": refund.status,
+            "status_reason_now": refund.status_reason,
+            "status_changed_at": refund.status_changed_at.isoformat() if refund.status_changed_at else None,
+        },
+        events=[
+            {
+                "provider": event.provider,
+                "event_id": event.event_id,
+                "type": event.type,
+                "provider_created_at": event.provider_created_at.isoformat() if event.provider_created_at else None,
+                "received_at": event.received_at.isoformat(),
+                "result": event.result,
+                "payload": event.payload,
+            }
+            for event in events
+        ],
+    )
 
 
 def order_describe(data: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:

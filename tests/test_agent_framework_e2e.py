@@ -84,11 +84,14 @@ class ScriptedSupportModel(BaseChatModel):
         return ChatResult(generations=[ChatGeneration(message=message)])
 
 
-def refund_schema():
+def refund_schema(way: str):
+    """The schema each way lists: the serializer's (REST's default shape), its `mcp` projection on /mcp."""
+    from approvals.agents.api.formats import mcp_schema
     from approvals.core.arguments import input_json_schema
     from refunds.serializers import RefundOrderArguments
 
-    return input_json_schema(RefundOrderArguments)
+    schema = input_json_schema(RefundOrderArguments)
+    return mcp_schema(schema) if way == "mcp" else schema
 
 
 def rest_tools(gateway: GatewayClient) -> list[StructuredTool]:
@@ -166,7 +169,7 @@ def test_seed_000_conversation_through_a_real_agent_framework(way, live_server, 
         gateway = GatewayClient(live_server.url, token)
         tools = rest_tools(gateway)
         model = ScriptedSupportModel()
-    assert tools[0].args_schema == refund_schema()  # the schema the agent got is the serializer's
+    assert tools[0].args_schema == refund_schema(way)  # the schema the agent got is the serializer's
     agent = create_agent(model, tools, system_prompt="Every tool call is a proposal; report only what it says.")
 
     state = agent.invoke(

@@ -31,7 +31,9 @@ def example_orders() -> list[str]:
 
 def test_each_example_has_an_order_of_its_own_that_the_walk_through_leaves_alone():
     orders = example_orders()
-    assert len(orders) == 5, orders  # Claude, the Agents SDK, LangChain, an MCP client, the client's README
+    # Claude, the asyncio client, the OpenAI Agents SDK, the Claude Agent SDK, LangChain, an MCP client, the
+    # client's README
+    assert len(orders) == 7, orders
     assert len(set(orders)) == len(orders)
     assert not set(orders) & {"o-12", "o-17", "ORD-4417"}  # the README's walk-through and the seeds
     shop = {o["id"]: o for o in json.loads((ROOT / "demo" / "shop.json").read_text())["orders"]}
@@ -60,4 +62,4 @@ def test_after_the_walk_through_every_example_is_a_preview(settings, django_capt
         response = propose(agent, order_id=number, amount_minor=500, reason="damaged")
         assert response.status_code == 201, (number, response.json())
         assert response.json()["status"] == "awaiting_customer"
-    assert Preview.objects.filter(subject_id__in=example_orders()).count() == 5
+    assert Preview.objects.filter(subject_id__in=example_orders()).count() == 7

@@ -105,6 +105,8 @@ def test_the_readme_prints_the_back_office_commands():
         "verify_audit",
         "audit_public_key",
         "verify_receipt",
+        "export_evidence",
+        "verify_evidence",
     }
 
 
@@ -134,3 +136,5 @@ def test_every_readme_command_runs_as_printed_on_the_demo(demo):
     assert re.match(r"Sealed [1-9]\d* records\.", outputs["seal_audit"][0])
     assert "Audit log intact: " in outputs["verify_audit"][0]
     assert "Receipt valid: " in outputs["verify_receipt"][0] and preview in outputs["verify_receipt"][0]
+    assert "evidence.zip" in outputs["export_evidence"][0]
+    assert "valid" in outputs["verify_evidence"][0].lower() and preview in outputs["verify_evidence"][0]

@@ -237,6 +237,14 @@ def test_every_documented_answer_of_the_other_operations_matches_the_schema(shop
     assert listed.status_code == 200 and preview_id in [item["preview"]["id"] for item in listed.json()["results"]]
     assert call(shop, "/api/agent/previews", "GET", query={"status": "nonsense"}).status_code == 400
 
+    withdrawing = "/api/agent/previews/{preview_id}/withdraw"
+    pending_id = propose(shop, {"name": "refund_order", "arguments": {**GOOD, "amount_minor": 9}}).json()["preview"]
+    withdrawn = call(shop, withdrawing, "POST", path_parameters={"preview_id": pending_id["id"]})
+    assert withdrawn.status_code == 200 and withdrawn.json()["status"] == "withdrawn"
+    decided = call(shop, withdrawing, "POST", path_parameters={"preview_id": preview_id})
+    assert decided.status_code == 409 and decided.json()["error"]["status"] == "executed"
+    assert call(shop, withdrawing, "POST", path_parameters={"preview_id": str(uuid.uuid4())}).status_code == 404
+
     minted = call(shop, "/api/agent/sessions", "POST", body={"tools": ["refund_order"], "ttl_seconds": 60})
     assert minted.status_code == 201
     assert call(shop, "/api/agent/sessions", "POST", body={"tools": ["refund_everything"]}).status_code == 403

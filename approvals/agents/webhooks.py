@@ -3,7 +3,7 @@
 An agent session may have a webhook URL (`create_agent_session --webhook URL`, or `webhook_url` when a
 session is minted through `POST /api/agent/sessions`) and a signing secret (`whsec_…`, shown once). Each
 transition of a preview the session proposed (awaiting_customer, awaiting_staff, approved, executed,
-needs_attention, declined, rejected, expired, superseded, failed) becomes one `WebhookDelivery` row,
+needs_attention, declined, rejected, expired, superseded, withdrawn, failed) becomes one `WebhookDelivery` row,
 whose body is the same envelope as `GET /api/agent/previews/<id>` plus `"type": "preview.<status>"`, sent
 with the `webhook-id`, `webhook-timestamp` and `webhook-signature` headers (`standardwebhooks`).
 

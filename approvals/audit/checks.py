@@ -6,6 +6,7 @@ from django.conf import settings
 from django.core.checks import Error, register
 
 from approvals.audit.log import private_key_from
+from approvals.audit.witnesses import witness_settings_problems
 
 
 @register()
@@ -26,3 +27,17 @@ def audit_signing_key_check(app_configs: Any, **kwargs: Any) -> list[Error]:
             )
         ]
     return []
+
+
+@register()
+def audit_witnesses_check(app_configs: Any, **kwargs: Any) -> list[Error]:
+    """AUDIT_WITNESSES entries are `<cosignature vkey>=<URL>`, each witness once; the quorum fits them.
+    At request time a malformed entry is left out (approvals.audit.witnesses), never an exception."""
+    return [
+        Error(
+            problem,
+            hint="AUDIT_WITNESSES=<name>+<key ID>+<base64 of 0x04 and the Ed25519 key>=https://witness.example/add-checkpoint,…",
+            id="approvals.E031",
+        )
+        for problem in witness_settings_problems()
+    ]

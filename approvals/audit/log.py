@@ -1,7 +1,8 @@
 """The audit log as a verifiable, append-only log (as Certificate Transparency builds one): each audit
 record is a leaf of a Merkle tree (RFC 9162 hashing), and signed tree heads commit to the tree's size
 and root. Everything here is pure: no database, so that `manage.py verify_receipt` checks a receipt
-with nothing but the public key.
+with nothing but the public key. The C2SP formats (checkpoint notes, tiles, tlog proofs) are in
+approvals.audit.tlog; receipts carry both.
 
 One canonical encoding of a record, RFC 8785 (JSON Canonicalization Scheme, the `rfc8785` package),
 is used to hash a record when it is sealed, when `verify_audit` checks it and when a receipt is checked.
@@ -56,10 +57,10 @@ def leaf_hash(content: dict[str, Any]) -> bytes:
 
 
 class LeafTree(BaseMerkleTree):
-    """pymerkle's tree over leaf hashes kept in memory (the database holds them; see audit_seal).
-    Its roots and proofs are RFC 9162's: leaves hashed with 0x00, nodes with 0x01, a tree of n leaves
-    split at the largest power of two below n. pymerkle caches the roots of large perfect subtrees,
-    so a tree kept between seals computes each new root from a few cached subroots."""
+    """pymerkle's tree over leaf hashes in memory: the proofs of receipts in format v1 (issued before the
+    log was stored as tiles) are pymerkle's, and `receipt_check` still checks them. Its roots and proofs
+    are RFC 9162's: leaves hashed with 0x00, nodes with 0x01, a tree of n leaves split at the largest
+    power of two below n. The gateway itself no longer builds one (approvals.audit.tiles)."""
 
     def __init__(self, leaves: Iterable[bytes] = ()) -> None:
         self._leaves: list[bytes] = list(leaves)

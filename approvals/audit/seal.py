@@ -55,8 +55,9 @@ from approvals.audit.log import (
     tree_head_signature_valid,
 )
 from approvals.audit.tiles import stored_tree, tiles_extend
+from approvals.audit.witnesses import cosignatures_request, witness_quorum, witnesses_configured
 from approvals.core.digests import canonical_bytes
-from approvals.models import AuditLeaf, AuditRecord, AuditTreeHead, AuditVerification, Preview
+from approvals.models import AuditCosignature, AuditLeaf, AuditRecord, AuditTreeHead, AuditVerification, Preview
 from approvals.operations.publish import DELIVER_AUDIT_CHECKPOINT, task_publish
 
 logger = logging.getLogger(__name__)
@@ -120,17 +121,21 @@ def latest_head() -> AuditTreeHead | None:
 
 def latest_published_head() -> AuditTreeHead | None:
     """The latest tree head the log stands by in public: with witnesses configured, the latest one that
-    AUDIT_WITNESS_QUORUM of them cosigned; without, the latest."""
-    witnesses = [entry.split("=", 1)[0].strip() for entry in settings.AUDIT_WITNESSES]  # their vkeys
+    AUDIT_WITNESS_QUORUM of them cosigned; without, the latest. The cosignatures are read newest head
+    first (the head's index, backwards) and the read stops at the first head with its quorum."""
+    witnesses = [witness.vkey for witness in witnesses_configured()]
     if not witnesses:
-        return latest_head()
-    quorum = settings.AUDIT_WITNESS_QUORUM
-    return (
-        AuditTreeHead.objects.annotate(cosigned=Count("cosignatures", filter=Q(cosignatures__witness__in=witnesses)))
-        .filter(cosigned__gte=quorum)
-        .order_by("-size")
+        return None if settings.AUDIT_WITNESSES else latest_head()  # all malformed: nothing counts
+    cosigned = (
+        AuditCosignature.objects.filter(witness__in=witnesses)
+        .values("head_id")
+        .annotate(cosigners=Count("id"))
+        .filter(cosigners__gte=witness_quorum())
+        .order_by("-head_id")
+        .values_list("head_id", flat=True)
         .first()
     )
+    return AuditTreeHead.objects.filter(size=cosigned).first() if cosigned is not None else None
 
 
 def checkpoint_note(head: AuditTreeHead) -> str:
@@ -268,9 +273,7 @@ def checkpoint_sealed(head: AuditTreeHead) -> None:
     """A new tree head committed: without witnesses it is published at once; with them, once enough of
     them cosigned it (approvals.audit.witnesses)."""
     if settings.AUDIT_WITNESSES:
-        import importlib
-
-        importlib.import_module("approvals.audit.witnesses").cosignatures_request(head.size)
+        cosignatures_request(head.size)
     else:
         checkpoint_publish(published_checkpoint(head))
 
@@ -538,13 +541,14 @@ def _check_upper_tiles(first: int, roots: list[bytes], size: int) -> AuditProble
 def _check_heads(start: int, key: Ed25519PublicKey | None, summary: AuditSummary) -> AuditProblem | None:
     reader = _cached_tile_reader()
     note_keys = _note_keys(key)
+    head_keys = _head_keys(key)
     previous: AuditTreeHead | None = AuditTreeHead.objects.filter(size__lt=start).order_by("-size").first()
     for head in AuditTreeHead.objects.filter(size__gte=start).order_by("size").iterator(chunk_size=2000):
         summary.heads += 1
         trusted_from = previous.size if previous else 0
         if key is None:
             return AuditProblem(NO_KEY.format(what="the tree heads"))
-        if not tree_head_signature_valid(key, head.as_checkpoint()):
+        if not _head_signed(head_keys, head.as_checkpoint()):
             return AuditProblem(
                 f"tree head of size {head.size} is not signed by the audit key: leaves {trusted_from} to "
                 f"{head.size - 1} can't be trusted",
@@ -580,10 +584,21 @@ def _check_heads(start: int, key: Ed25519PublicKey | None, summary: AuditSummary
 
 
 def _note_keys(key: Ed25519PublicKey | None) -> list[tlog.VerifierKey]:
-    keys = log_verifier_keys()
-    if key is not None:
-        keys.append(tlog.verifier_key(audit_origin(), key))
-    return keys
+    """The same keys as the heads' own signatures (the key given and the retired ones), as note keys."""
+    return [tlog.verifier_key(audit_origin(), public) for public in _head_keys(key)]
+
+
+def _head_keys(key: Ed25519PublicKey | None) -> list[Ed25519PublicKey]:
+    """The keys a tree head's own (JSON) signature is checked with: the key given (by default
+    AUDIT_SIGNING_KEY's first) and the retired ones (AUDIT_SIGNING_KEYS_RETIRED), which signed the heads
+    made before a key rotation."""
+    if key is None:
+        return []
+    return [key, *(public_key_from(text) for text in settings.AUDIT_SIGNING_KEYS_RETIRED if text.strip())]
+
+
+def _head_signed(keys: list[Ed25519PublicKey], head: dict[str, Any]) -> bool:
+    return any(tree_head_signature_valid(key, head) for key in keys)
 
 
 def _note_matches(note: str, keys: list[tlog.VerifierKey], size: int, root_hash: str) -> bool:
@@ -601,11 +616,12 @@ def _check_checkpoints(
 ) -> AuditProblem | None:
     reader = _cached_tile_reader()
     note_keys = _note_keys(key)
+    head_keys = _head_keys(key)
     for line, checkpoint in checkpoints:
         summary.checkpoints += 1
         if key is None:
             return AuditProblem(NO_KEY.format(what="the checkpoints"))
-        if not tree_head_signature_valid(key, checkpoint):
+        if not _head_signed(head_keys, checkpoint):
             return AuditProblem(f"checkpoint on line {line} is not signed by the audit key")
         size = int(checkpoint["size"])
         if checkpoint.get("note") and not _note_matches(checkpoint["note"], note_keys, size, checkpoint["root_hash"]):

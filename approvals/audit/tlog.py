@@ -225,6 +225,8 @@ def checkpoint_parse(text: str) -> Checkpoint:
     origin, size, root = lines[0], lines[1], lines[2]
     if not origin:
         raise FormatError("a checkpoint's origin is not empty")
+    if "" in lines[3:-1]:
+        raise FormatError("a checkpoint's extension lines are not empty")
     if not re.fullmatch(r"0|[1-9][0-9]*", size) or int(size) >= 1 << 63:
         raise FormatError("a checkpoint's size is a decimal with no leading zeroes")
     raw_root = _unb64(root, what="the checkpoint's root")

@@ -68,8 +68,17 @@ class QueueFilterForm(forms.Form):
         )
 
 
+# The JSON of the browser's navigator.credentials.get answer (static/js/passkeys.js), when a passkey signed.
+PASSKEY_ASSERTION_MAX_CHARS = 16 * 1024
+
+
+def passkey_assertion_field() -> forms.CharField:
+    return forms.CharField(required=False, max_length=PASSKEY_ASSERTION_MAX_CHARS, strip=True)
+
+
 class ApproveForm(forms.Form):
     digest = forms.CharField(max_length=64, min_length=64)
+    passkey_assertion = passkey_assertion_field()
 
 
 class RejectForm(forms.Form):
@@ -117,6 +126,7 @@ class BulkDecisionForm(forms.Form):
     decision = forms.ChoiceField(choices=[("approve", "Approve"), ("reject", "Reject")])
     note = forms.CharField(label="Why are you rejecting them?", max_length=1000, required=False, strip=True)
     confirmed = forms.BooleanField(required=False)
+    passkey_assertion = passkey_assertion_field()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

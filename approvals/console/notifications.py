@@ -43,13 +43,16 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.core.mail import EmailMessage, get_connection
 from django.db import transaction
 from django.db.models import Q
+from django.urls import reverse
 from django.utils import timezone
 
 from approvals.console.review_messages import (
+    absolute,
     customer_url,
     digest_items,
     escalation_emails,
@@ -282,6 +285,32 @@ def counter_proposal_email(preview_id: str) -> bool:
         body=body,
         from_email=settings.DEFAULT_FROM_EMAIL,
         to=[preview.actor.email],
+    ).send()
+    return True
+
+
+# A lead removed a staff member's passkeys ------------------------------------------------------------
+
+
+def passkeys_removed_email(user_id: int, *, lead: str, names: list[str]) -> bool:
+    """Tell a staff member that a lead removed their passkeys (a lost device): if it was not at their
+    request, they say so at once. False when they have no email address."""
+    person = get_user_model().objects.filter(pk=user_id).first()
+    if person is None or not person.email:
+        return False
+    listed = ", ".join(repr(name) for name in names)
+    body = (
+        f"Hello {person.get_username()},\n\n"
+        f"{lead} removed your passkeys ({listed}) from your staff account, as is done for a lost device.\n"
+        "Approvals that need a passkey are refused until you register a new one in the console:\n"
+        f"{absolute(reverse('console_passkeys:list'))}\n\n"
+        f"If you did not ask for this, tell {lead} or your security contact now.\n"
+    )
+    EmailMessage(
+        subject=f"[{settings.SHOP_NAME}] Your passkeys were removed",
+        body=body,
+        from_email=settings.DEFAULT_FROM_EMAIL,
+        to=[person.email],
     ).send()
     return True
 

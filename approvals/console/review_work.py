@@ -109,12 +109,20 @@ class BulkResult:
 
 
 def previews_decide_many(
-    *, reviewer: User, items: list[BulkItem], decision: str, note: str = "", allowed: Any = None
+    *,
+    reviewer: User,
+    items: list[BulkItem],
+    decision: str,
+    note: str = "",
+    allowed: Any = None,
+    passkey_assertion: str = "",
 ) -> list[BulkResult]:
     """Approve (`decision="approve"`) or reject every item, one at a time: each in its own transaction
     with its own audit record, each bound to the digest the page carried. One that changed since the
     page was drawn (another version of its subject, or another digest or status) is refused alone, with
-    the reason, and the rest proceed. `allowed` (a queryset) limits the previews this reviewer may see."""
+    the reason, and the rest proceed. `allowed` (a queryset) limits the previews this reviewer may see.
+    An approval carries `passkey_assertion`: one assertion over a challenge committing to the list of the
+    items' digests, which the decision service accepts once for each digest of that list."""
     results = []
     for item in items:
         try:
@@ -134,6 +142,7 @@ def previews_decide_many(
                 decision=Decision.APPROVE if decision == "approve" else Decision.DECLINE,
                 note=note,
                 basis="staff console bulk review",
+                passkey_assertion=passkey_assertion if decision == "approve" else "",
             )
             results.append(BulkResult(item.preview_id, True))
         except DecisionError as error:

@@ -18,6 +18,7 @@ urlpatterns = [
     path("previews/<uuid:preview_id>/counter", views.preview_counter_view, name="counter"),
     path("previews/<uuid:preview_id>/audit/", views.preview_audit, name="preview_audit"),
     path("previews/<uuid:preview_id>/receipt", views.preview_receipt_download, name="preview_receipt"),
+    path("previews/<uuid:preview_id>/evidence", views.preview_evidence_download, name="preview_evidence"),
     # The subject's id is a query parameter (`?id=`): an order number may hold `/`, `%` or `?`, which no
     # path segment carries through every proxy and browser unchanged.
     path("subjects/<slug:subject_type>/audit/", views.subject_audit, name="subject_audit"),

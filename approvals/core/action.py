@@ -21,6 +21,7 @@ from approvals.core.declarations import (
     FactTable,
     Link,
     Proposal,
+    ProviderEvidence,
     ReviewDocument,
     RiskFlag,
     RuleResult,
@@ -192,6 +193,13 @@ class Action(ABC):
         rolls back only the recording, and the execution goes to `effect_unrecorded` with the effect.
         """
         ...
+
+    def provider_evidence(self, preview: Preview) -> ProviderEvidence | None:
+        """The outside world's references to this executed preview's effect and its events since (a
+        refund's id at the payment provider and the provider's webhooks; the message id the mail server
+        accepted), for the preview's evidence bundle; None (the default) when the action keeps none of
+        its own: the bundle then holds the effect as the execution recorded it."""
+        return None
 
     #: Whether find_effect can ask the outside world (the resolver's sweep only takes those actions).
     can_look_up_effect: bool = False

@@ -113,3 +113,18 @@ class ReviewDocument:
     attachment_name: str
     attachment_html: str
     matches_preview: bool
+
+
+@dataclass(frozen=True)
+class ProviderEvidence:
+    """The outside world's own references to an executed preview's effect and its later events, for an
+    evidence bundle (`Action.provider_evidence`): JSON values, read from the action's own records.
+
+    `references` under the same key as the effect `perform` returned (or the result `record` returned)
+    must hold the same value: the bundle's checker compares them with the sealed `executed` record. Give
+    what changed since under another name (a refund's status now). `events` are the provider's messages
+    about the effect (a payment provider's webhooks), each with its `event_id` and `type`; one the audit
+    log recorded for the preview is compared with that record."""
+
+    references: dict[str, Any]
+    events: list[dict[str, Any]] = field(default_factory=list)

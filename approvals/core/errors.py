@@ -102,6 +102,7 @@ class ErrorCode(StrEnum):
     EXPIRED = "expired"
     DECLINED = "declined"
     REJECTED = "rejected"
+    WITHDRAWN = "withdrawn"
     SUPERSEDED = "superseded"
     SUBJECT_CHANGED = "subject_changed"
     ALREADY_DECIDED = "already_decided"
@@ -117,6 +118,10 @@ class ErrorCode(StrEnum):
     COUNTER_UNCHANGED = "counter_unchanged"
     COUNTER_EXISTS = "counter_exists"
     UNKNOWN_ACTION = "unknown_action"
+    # A passkey step-up (approvals.core.stepup): none given where one is needed (or none registered), or
+    # one that does not verify for this person, this preview (or list) and this single-use challenge.
+    STEP_UP_REQUIRED = "step_up_required"
+    STEP_UP_INVALID = "step_up_invalid"
 
     # Execution (approvals.core.services.execution) and a person's retry of it.
     SUBJECT_UNAVAILABLE = "subject_unavailable"

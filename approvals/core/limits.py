@@ -11,9 +11,9 @@ Three limits, each off unless its setting is set (docs/payments.md):
 The amounts count proposals of actions that spend (`Action.proposes_amount` and
 `Action.counts_toward_spending_limits`); the count
 counts every proposal of the session. A preview counts while it waits for a person, is approved, being
-executed, executed or needs attention; declined, rejected, expired, superseded and failed previews do
-not, nor those whose effect the outside world undid later (`Action.spending_reversed`, e.g. a refund
-that failed at the bank).
+executed, executed or needs attention; declined, rejected, expired, superseded, withdrawn and failed
+previews do not, nor those whose effect the outside world undid later (`Action.spending_reversed`, e.g. a
+refund that failed at the bank).
 
 The check runs inside the proposal's transaction (every origin's: approvals.core.services.proposals), after
 the action's policy and before the preview is inserted, holding a row lock on the agent session and on

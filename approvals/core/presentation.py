@@ -187,6 +187,12 @@ STATE_WORDING: dict[str, StateWording] = {
         "Nothing was done with this request. {reason}",
         "Out of date; nothing was done. {reason}",
     ),
+    "withdrawn": StateWording(
+        "Withdrawn",
+        "{headline}: withdrawn by the agent before it was decided, nothing was done.",
+        "The assistant withdrew this request before it was decided; nothing was done.",
+        "The agent withdrew it before it was decided; nothing was done.",
+    ),
 }
 
 
@@ -198,6 +204,7 @@ def preview_execution(preview: Preview) -> Execution | None:
         PreviewStatus.DECLINED,
         PreviewStatus.REJECTED,
         PreviewStatus.EXPIRED,
+        PreviewStatus.WITHDRAWN,
     ):
         return None
     cached = preview._state.fields_cache.get("execution")

@@ -9,7 +9,14 @@ from django.db.models.functions import Coalesce
 
 from approvals.core.registry import registry
 from approvals.core.rows import statement_cursor
-from approvals.models import EFFECT_IN_FLIGHT_OUTCOMES, Execution, ExecutionOutcome, Preview, PreviewStatus
+from approvals.models import (
+    EFFECT_IN_FLIGHT_OUTCOMES,
+    OPEN_STATUSES,
+    Execution,
+    ExecutionOutcome,
+    Preview,
+    PreviewStatus,
+)
 
 
 @cache
@@ -79,3 +86,22 @@ def execution_staff_step(preview: Preview, execution: Execution | None) -> str:
 
 def executions_of(previews: list[Preview]) -> dict[Any, Execution]:
     return {e.pk: e for e in Execution.objects.filter(pk__in=[p.pk for p in previews])}
+
+
+def session_open_siblings(preview: Preview) -> list[Any]:
+    """The ids of the other open previews (waiting, or approved) that the preview's agent session proposed on
+    the same subject, oldest first: executing any one of them supersedes the rest
+    (approvals.core.services.execution.siblings)."""
+    if preview.agent_session_id is None:
+        return []
+    return list(
+        Preview.objects.filter(
+            subject_type=preview.subject_type,
+            subject_id=preview.subject_id,
+            agent_session_id=preview.agent_session_id,
+            status__in=OPEN_STATUSES,
+        )
+        .exclude(pk=preview.pk)
+        .order_by("created_at", "pk")
+        .values_list("pk", flat=True)
+    )

@@ -1,6 +1,7 @@
-"""The staff groups the registered actions declare (`Action.staff_roles`), put in the database after
-every `migrate` (and every `flush`, which sends post_migrate too): each group is created when missing
-and given the permissions its role declares. No action writes a data migration for its groups.
+"""The staff groups the engine (`ENGINE_STAFF_ROLES`) and the registered actions (`Action.staff_roles`)
+declare, put in the database after every `migrate` (and every `flush`, which sends post_migrate too):
+each group is created when missing and given the permissions its role declares. No action writes a data
+migration for its groups.
 
 Nothing is ever taken away. A permission an operator gave a group by hand stays, and so does one a
 role no longer declares: taking a grant away is a decision about people, made by an operator or by
@@ -17,7 +18,12 @@ from django.contrib.auth.management import create_permissions
 from django.db import DEFAULT_DB_ALIAS, router
 from django.db.models import Q
 
-from approvals.core.registry import registry
+from approvals.core.registry import StaffRole, registry
+
+#: The engine's own role: leads, who hand a reviewer's claim on and remove a staff member's passkeys when a
+#: device is lost (approvals.core.services.passkeys). Created empty; an operator puts people in it.
+LEADS = "Console leads"
+ENGINE_STAFF_ROLES = (StaffRole(LEADS, ("approvals.manage_passkeys", "approvals.manage_review_claims")),)
 
 
 def staff_roles_migrate(
@@ -37,7 +43,7 @@ def staff_roles_migrate(
         return
     if not router.allow_migrate_model(using, group_model):
         return
-    roles = registry.staff_roles()
+    roles = [*ENGINE_STAFF_ROLES, *registry.staff_roles()]
     # Django creates an app's permissions when post_migrate is sent for that app, in INSTALLED_APPS
     # order; this runs on the engine's turn, before the actions' apps had theirs. Create them now
     # (create_permissions skips those that exist).

@@ -3,6 +3,7 @@ CSRF), its status as JSON for the waiting page's small polling script, and the l
 
 from __future__ import annotations
 
+import urllib.parse
 from typing import Any
 
 from django import forms
@@ -10,6 +11,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.timesince import timeuntil
 from django.views.decorators.http import require_GET, require_POST
@@ -24,8 +26,9 @@ from approvals.core.presentation import (
 )
 from approvals.core.registry import registry
 from approvals.core.services import preview_approve, preview_decline, preview_refresh
+from approvals.core.stepup import step_up_words
 from approvals.core.types import AuthenticatedHttpRequest
-from approvals.models import AWAITING_STATUSES, ApprovalRole, Preview, PreviewOrigin, PreviewStatus
+from approvals.models import AWAITING_STATUSES, ApprovalRole, Passkey, Preview, PreviewOrigin, PreviewStatus
 
 # While a request is being carried out (or waits for staff) its page asks for the status: every 3
 # seconds at first, then less and less often (static/js/status.js); without JavaScript, every 30.
@@ -35,6 +38,8 @@ NO_SCRIPT_REFRESH_SECONDS = 30
 
 class DecisionForm(forms.Form):
     digest = forms.CharField(max_length=64, min_length=64)
+    # The JSON of the browser's navigator.credentials.get answer (static/js/passkeys.js), when a passkey signed.
+    passkey_assertion = forms.CharField(required=False, max_length=16 * 1024, strip=True)
 
 
 class DeclineForm(DecisionForm):
@@ -60,6 +65,20 @@ def deadline_words(preview: Preview) -> str:
 
 def _waiting(preview: Preview) -> bool:
     return preview.status in (PreviewStatus.APPROVED, PreviewStatus.AWAITING_STAFF, PreviewStatus.NEEDS_ATTENTION)
+
+
+def _passkey_context(preview: Preview) -> dict[str, Any]:
+    """At or above CUSTOMER_STEP_UP_THRESHOLDS the confirm form has the passkey sign the digest first."""
+    words = step_up_words(preview, ApprovalRole.CUSTOMER) if preview.status == PreviewStatus.AWAITING_CUSTOMER else ""
+    if not words:
+        return {"step_up_words": ""}
+    query = "?" + urllib.parse.urlencode({"next": reverse("approvals:preview", kwargs={"preview_id": preview.pk})})
+    return {
+        "step_up_words": words,
+        "has_passkey": Passkey.objects.filter(user_id=preview.actor_id).exists(),
+        "step_up_url": reverse("account_passkeys:step_up") + query,
+        "passkeys_url": reverse("account_passkeys:list") + query,
+    }
 
 
 def _page_context(preview: Preview, **extra: Any) -> dict[str, Any]:
@@ -88,6 +107,7 @@ def _page_context(preview: Preview, **extra: Any) -> dict[str, Any]:
         "decline_form": extra.pop("decline_form", None) or DeclineForm(initial={"digest": preview.digest}),
         "replacement": replacement,
         "changed_by_staff": preview.origin == PreviewOrigin.COUNTER_PROPOSAL,
+        **_passkey_context(preview),
         **extra,
     }
 
@@ -117,11 +137,12 @@ def _decide(
     except DecisionError as error:
         preview = preview_refresh(preview=_own_preview(request, preview_id))
         words = customer_decision_error(preview, error.code, error.message)
+        told_code = {"error_code": error.code}
         if preview.status != PreviewStatus.AWAITING_CUSTOMER:
             # It moved on (expired, out of date): the status box says so, once; a second banner would repeat it.
             told = {"state_text": words} if error.code == "expired" else {}
             return render(request, "approvals/preview.html", _page_context(preview, **told), status=409)
-        return render(request, "approvals/preview.html", _page_context(preview, error=words), status=409)
+        return render(request, "approvals/preview.html", _page_context(preview, error=words, **told_code), status=409)
     return redirect("approvals:preview", preview_id=preview_id)
 
 
@@ -132,7 +153,11 @@ def preview_confirm(request: AuthenticatedHttpRequest, preview_id: Any) -> HttpR
         request,
         preview_id,
         lambda data: preview_approve(
-            preview_id=preview_id, approver=request.user, role=ApprovalRole.CUSTOMER, digest=data["digest"]
+            preview_id=preview_id,
+            approver=request.user,
+            role=ApprovalRole.CUSTOMER,
+            digest=data["digest"],
+            passkey_assertion=data["passkey_assertion"],
         ),
     )
 

@@ -1,5 +1,6 @@
 """The engine's models, by part: agents' sessions and what they leave (`agents`), previews, approvals and
-executions (`previews`), the audit log's rows (`audit`), the staff's review work (`review`)."""
+executions (`previews`), passkeys and the signatures kept with approvals (`passkeys`), the audit log's
+rows (`audit`), the staff's review work (`review`)."""
 
 from approvals.models.agents import (
     AgentSession,
@@ -17,8 +18,10 @@ from approvals.models.audit import (
     AuditTile,
     AuditTreeHead,
     AuditVerification,
+    AuditWitnessAnswer,
     CurrentTransactionId,
 )
+from approvals.models.passkeys import ApprovalSignature, Passkey, StepUpChallenge
 from approvals.models.previews import (
     AWAITING_STATUSES,
     EFFECT_IN_FLIGHT_OUTCOMES,
@@ -49,6 +52,7 @@ __all__ = [
     "AWAITING_STATUSES",
     "AgentSession",
     "Approval",
+    "ApprovalSignature",
     "ApprovalRole",
     "AuditCosignature",
     "AuditEvent",
@@ -57,12 +61,14 @@ __all__ = [
     "AuditTile",
     "AuditTreeHead",
     "AuditVerification",
+    "AuditWitnessAnswer",
     "CurrentTransactionId",
     "EFFECT_IN_FLIGHT_OUTCOMES",
     "Execution",
     "ExecutionOutcome",
     "IdempotencyRecord",
     "OPEN_STATUSES",
+    "Passkey",
     "Preview",
     "PreviewOrigin",
     "PreviewStatus",
@@ -76,6 +82,7 @@ __all__ = [
     "SlackReviewMessage",
     "SlackSeenRequest",
     "SlackUserLink",
+    "StepUpChallenge",
     "TERMINAL_STATUSES",
     "WebhookDelivery",
     "WebhookDeliveryStatus",

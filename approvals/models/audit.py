@@ -31,6 +31,7 @@ class AuditEvent(models.TextChoices):
     EXECUTION_FAILED = "execution_failed"
     SUPERSEDED = "superseded"
     EXPIRED = "expired"
+    WITHDRAWN = "withdrawn"
     EXECUTION_ATTEMPT_FAILED = "execution_attempt_failed"
     RETRIED = "retried"
     EXECUTION_TRANSITION = "execution_transition"
@@ -51,6 +52,8 @@ class AuditEvent(models.TextChoices):
     SHOP_TOKEN_CREATED = "shop_token_created"
     SHOP_TOKEN_REVOKED = "shop_token_revoked"
     SHOP_API_CALL = "shop_api_call"
+    PASSKEY_REGISTERED = "passkey_registered"
+    PASSKEY_REMOVED = "passkey_removed"
 
 
 class CurrentTransactionId(models.Func):
@@ -174,6 +177,28 @@ class AuditCosignature(models.Model):
 
     def __str__(self) -> str:
         return f"cosignature of {self.witness.split('+')[0]} on tree head {self.head_id}"
+
+
+class AuditWitnessAnswer(models.Model):
+    """What a configured witness last made of a checkpoint it was sent (approvals.audit.witnesses.Outcome):
+    one row per witness, overwritten by each answer. /readyz and the metrics report a witness refusing
+    from here, a refused checkpoint is not sent to that witness again, and one task at a time asks it
+    (`asking_until`)."""
+
+    witness = models.CharField(max_length=300, unique=True, help_text="The witness's verifier key (vkey).")
+    outcome = models.CharField(max_length=16, blank=True, help_text="Empty until its first answer.")
+    size = models.BigIntegerField(help_text="The size of the checkpoint sent.")
+    old_size = models.BigIntegerField(help_text="The old size the last request carried.")
+    http_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    witness_size = models.BigIntegerField(null=True, blank=True, help_text="The size the witness named in a 409.")
+    detail = models.CharField(max_length=500, blank=True)
+    answered_at = models.DateTimeField(default=timezone.now)
+    asking_until = models.DateTimeField(
+        null=True, blank=True, help_text="A task is sending it a checkpoint (until then at the latest)."
+    )
+
+    def __str__(self) -> str:
+        return f"{self.witness.split('+')[0]}: {self.outcome} at size {self.size}"
 
 
 class AuditTile(models.Model):

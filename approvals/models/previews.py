@@ -21,6 +21,7 @@ class PreviewStatus(models.TextChoices):
     SUPERSEDED = "superseded", "Superseded"
     FAILED = "failed", "Failed"
     NEEDS_ATTENTION = "needs_attention", "Needs attention"
+    WITHDRAWN = "withdrawn", "Withdrawn by the agent"
 
 
 OPEN_STATUSES = (

@@ -70,9 +70,23 @@ def measure_seal_lag(lag: Callable[[], float]) -> None:
     _seal_lag_seconds = lag
 
 
+# The witnesses' report (approvals.audit.cosigning.witnesses_report), for AuditWitnessCollector and /readyz.
+_witnesses_report: Callable[[], dict[str, Any] | None] | None = None
+
+
+def measure_witnesses(report: Callable[[], dict[str, Any] | None]) -> None:
+    global _witnesses_report
+    _witnesses_report = report
+
+
+def witnesses_report() -> dict[str, Any] | None:
+    """The audit witnesses' state now (None: no witnesses configured, or nobody named the report)."""
+    return _witnesses_report() if _witnesses_report is not None else None
+
+
 # Statuses a preview never leaves. Every other status (the waiting ones, `approved`, and any added
 # later, such as `needs_attention`) is counted by the previews gauge.
-SETTLED_STATUSES = frozenset({"executed", "declined", "rejected", "expired", "superseded", "failed"})
+SETTLED_STATUSES = frozenset({"executed", "declined", "rejected", "expired", "superseded", "failed", "withdrawn"})
 
 # Web ----------------------------------------------------------------------------------------------
 
@@ -280,6 +294,39 @@ def webhook_failed(kind: str, *, reason: str, seconds: float, will_retry: bool) 
     webhook_delivery_duration.labels(kind).observe(seconds)
 
 
+# Audit witnesses --------------------------------------------------------------------------------
+
+audit_witness_cosignatures = Counter(
+    "gateway_audit_witness_cosignatures",
+    "Checkpoints a witness cosigned (the cosignature verified and kept), by witness name.",
+    ["witness"],
+)
+audit_witness_refusals = Counter(
+    "gateway_audit_witness_refusals",
+    "Checkpoints a witness refused, by witness name, HTTP status (400, 403, 404, 409, 422, or 200 for an "
+    "answer without a valid cosignature) and outcome (refused; conflict or ahead: a 409 naming a size this "
+    "log can't follow; bad_answer). Not sent to that witness again; the next head is.",
+    ["witness", "status", "outcome"],
+)
+audit_witness_unanswered = Counter(
+    "gateway_audit_witness_unanswered",
+    "Submissions to a witness with no usable answer, asked again later, by witness name and status (429, "
+    "5xx, or timeout, connection, deadline).",
+    ["witness", "status"],
+)
+
+
+def audit_witness_answered(witness: str, *, outcome: str, status: str) -> None:
+    """For approvals.audit.cosigning: what witness `witness` (its name, from AUDIT_WITNESSES) made of a
+    checkpoint. `outcome` is one of approvals.audit.witnesses.Outcome's values."""
+    if outcome == "cosigned":
+        audit_witness_cosignatures.labels(witness).inc()
+    elif outcome == "unreachable":
+        audit_witness_unanswered.labels(witness, status).inc()
+    elif outcome != "superseded":
+        audit_witness_refusals.labels(witness, status, outcome).inc()
+
+
 # Computed at scrape time ------------------------------------------------------------------------
 
 
@@ -350,6 +397,46 @@ class AuditSealCollector:
         yield lag
 
 
+class AuditWitnessCollector:
+    """The witnesses as the database has them (approvals.audit.cosigning.witnesses_report): how far the
+    published checkpoint is behind the latest tree head, and per witness what it cosigned and whether its
+    last answer was a refusal (docs/audit.md). Nothing without AUDIT_WITNESSES."""
+
+    def collect(self) -> Iterator[Any]:
+        try:
+            report = witnesses_report()
+        except DatabaseError:
+            logger.warning("Could not read the audit witnesses for /metrics", exc_info=True)
+            return
+        if report is None:
+            return
+        unwitnessed = GaugeMetricFamily(
+            "gateway_audit_unwitnessed_leaves",
+            "Leaves under the latest tree head but not under the latest published one (cosigned by the quorum).",
+        )
+        unwitnessed.add_metric([], report["latest_size"] - report["published_size"])
+        waiting = GaugeMetricFamily(
+            "gateway_audit_unpublished_seconds",
+            "How long the oldest tree head not published has waited for its witnesses' quorum; 0 when none waits.",
+        )
+        waiting.add_metric([], report["unpublished_seconds"])
+        cosigned = GaugeMetricFamily(
+            "gateway_audit_witness_cosigned_size",
+            "The largest tree head each witness cosigned.",
+            labels=["witness"],
+        )
+        refusing = GaugeMetricFamily(
+            "gateway_audit_witness_refusing",
+            "1 when the witness's last answer was a refusal (refused, conflict, ahead, bad_answer), else 0.",
+            labels=["witness"],
+        )
+        refused = set(report.get("refusing", ()))
+        for name, entry in report["witnesses"].items():
+            cosigned.add_metric([name], entry["cosigned_size"])
+            refusing.add_metric([name], 1 if name in refused else 0)
+        yield from (unwitnessed, waiting, cosigned, refusing)
+
+
 class _Scrape:
     def __init__(self, *collectors: Any) -> None:
         self.collectors = collectors
@@ -371,7 +458,11 @@ def _process_metrics() -> Any:
 def exposition(*, pipeline: bool = True) -> bytes:
     """The Prometheus text format. `pipeline`: with the gauges computed from the database (the web
     serves them; a worker's exporter leaves them out, so that they are not reported twice)."""
-    collectors = (_process_metrics(), PipelineCollector(), AuditSealCollector()) if pipeline else (_process_metrics(),)
+    collectors = (
+        (_process_metrics(), PipelineCollector(), AuditSealCollector(), AuditWitnessCollector())
+        if pipeline
+        else (_process_metrics(),)
+    )
     return generate_latest(_Scrape(*collectors))
 
 

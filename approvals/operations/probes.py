@@ -7,6 +7,9 @@ Prometheus come by IP address, often over plain HTTP inside the network).
   Celery broker is Redis; then no Celery queue's oldest waiting message is older than
   READYZ_QUEUE_AGE_MAX_SECONDS (each queue's length and oldest age are in the body). 503 with the name
   of each check that failed (and of each stalled queue), and nothing more (why it failed goes to the log).
+  With AUDIT_WITNESSES, the body also reports the audit log's witnesses (`audit_witnesses`, and
+  `"degraded": ["audit_witnesses"]` when one refuses or does not answer, or publication lags), but they
+  never make it 503: a witness that is down must not take the web processes, and money, with it.
 - GET /metrics: Prometheus text, for `Authorization: Bearer <METRICS_TOKEN>` only; without
   METRICS_TOKEN the endpoint does not exist (404).
 """
@@ -177,7 +180,20 @@ def readyz(request: HttpRequest) -> HttpResponse:
     if backlog is not None and (stalled := stalled_queues(backlog)):
         body["stalled"] = stalled
         logger.warning("Readiness: Celery queues stalled: %s", ", ".join(stalled))
+    if checks["database"] == "ok" and (witnesses := audit_witnesses()) is not None:
+        body["audit_witnesses"] = witnesses
+        if witnesses["status"] != "ok":
+            body["degraded"] = ["audit_witnesses"]
     return _uncached(JsonResponse(body, status=200 if ready else 503))
+
+
+def audit_witnesses() -> dict[str, Any] | None:
+    """The audit witnesses' report (metrics.witnesses_report), or `unknown` when it could not be read."""
+    try:
+        return metrics.witnesses_report()
+    except Exception:  # noqa: BLE001 - reported, never a reason to fail readiness
+        logger.warning("Readiness: could not read the audit witnesses", exc_info=True)
+        return {"status": "unknown"}
 
 
 # Metrics ------------------------------------------------------------------------------------------

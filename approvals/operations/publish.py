@@ -16,7 +16,9 @@ from celery import current_app
 EXECUTE_PREVIEW = "approvals.execute_preview"
 NOTIFY_COUNTER_PROPOSAL = "approvals.notify_counter_proposal"
 DELIVER_AUDIT_CHECKPOINT = "approvals.deliver_audit_checkpoint"
+COSIGN_AUDIT_CHECKPOINT = "approvals.cosign_audit_checkpoint"
 NOTIFY_REVIEWERS = "approvals.notify_reviewers"
+NOTIFY_PASSKEYS_REMOVED = "approvals.notify_passkeys_removed"
 
 
 def task_publish(name: str, *args: Any, **kwargs: Any) -> None:

@@ -118,6 +118,16 @@ def outcome_words(outcome: str) -> str:
         return outcome or "unknown"
 
 
+def _signed_words(passkey: Any) -> str:
+    """`, signed with their passkey "Phone"`, and the warning when its counter went backwards."""
+    if not isinstance(passkey, dict):
+        return ""
+    words = f', signed with their passkey "{passkey.get("passkey_name", "")}"'
+    if passkey.get("counter_regressed"):
+        words += f" (its signature counter went backwards, to {passkey.get('sign_count')}: the passkey may be a copy)"
+    return words
+
+
 @register.filter
 def record_sentence(record: Any) -> str:
     """One audit record as a sentence a person reads ("rita approved it as staff (1 of 2)…")."""
@@ -141,14 +151,15 @@ def record_sentence(record: Any) -> str:
         return f"{who}{agent} proposed something the policy refused: {error.get('message', '')}"
     if event == AuditEvent.PROPOSAL_REPEATED:
         return f"{who}{agent} proposed the same again; the existing preview was returned."
+    signed = _signed_words(basis.get("passkey"))
     if event == AuditEvent.CONFIRMED:
-        return f"{who} confirmed it as the customer."
+        return f"{who} confirmed it as the customer{signed}."
     if event == AuditEvent.APPROVED:
         count = ""
         if result.get("staff_approvals_needed"):
             count = f" ({result.get('staff_approvals')} of {result.get('staff_approvals_needed')})"
         how = f", on the basis of {basis.get('basis')}" if basis.get("basis") else ""
-        return f"{who} approved it as {basis.get('role', 'staff')}{count}{how}."
+        return f"{who} approved it as {basis.get('role', 'staff')}{count}{how}{signed}."
     if event == AuditEvent.DECLINED:
         note = f' Reason: "{result.get("note")}".' if result.get("note") else ""
         return f"{who} declined it as the customer.{note}"
@@ -162,6 +173,9 @@ def record_sentence(record: Any) -> str:
         return f"It went out of date: {result.get('reason') or 'what it is about changed'}."
     if event == AuditEvent.EXPIRED:
         return "It expired before it was approved; nothing was done."
+    if event == AuditEvent.WITHDRAWN:
+        waited = WAITS_FOR.get(str(result.get("previous_status", "")), "a decision")
+        return f"{who}{agent} withdrew it while it waited for {waited}; nothing was done."
     if event == AuditEvent.EXECUTION_STARTED:
         how = "took over an expired lease for attempt" if result.get("took_over") else "started attempt"
         looks = ", looking the effect up first" if result.get("look_up_first") else ""
@@ -177,6 +191,11 @@ def record_sentence(record: Any) -> str:
         )
     if event == AuditEvent.RETRIED:
         return f"{who} asked the worker to try again."
+    if event == AuditEvent.PASSKEY_REGISTERED:
+        return f'{who} registered the passkey "{result.get("name", "")}".'
+    if event == AuditEvent.PASSKEY_REMOVED:
+        owner = f" of {result['owner']} (a lost device)" if result.get("by") == "lead" else ""
+        return f'{who} removed the passkey "{result.get("name", "")}"{owner}.'
     if event == AuditEvent.STANDING_APPROVAL_USED:
         return f"A standing approval by {who} for this exact invoice and recipient approved it."
     if event == AuditEvent.EXECUTED:

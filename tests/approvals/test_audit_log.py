@@ -496,7 +496,8 @@ def test_a_truncate_with_the_triggers_off_is_found_by_the_published_checkpoints(
     checkpoints = _checkpoints_file(tmp_path)
     with tampering(), connection.cursor() as cursor:
         cursor.execute(
-            "TRUNCATE approvals_audittreehead, approvals_auditleaf, approvals_auditrecord, approvals_audittile"
+            "TRUNCATE approvals_auditcosignature, approvals_audittreehead, approvals_auditleaf, approvals_auditrecord, "
+            "approvals_audittile"
         )
     code, output = _verify("--checkpoints", checkpoints)
     assert code == 1 and "the database is behind the checkpoint on line 1" in output, output

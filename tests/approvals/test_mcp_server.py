@@ -11,6 +11,7 @@ from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from approvals.agents.api.formats import mcp_schema
 from approvals.core.arguments import input_json_schema
 from approvals.core.services import agent_session_create, preview_approve
 from approvals.models import ApprovalRole, AuditEvent, AuditRecord, Preview, PreviewStatus
@@ -64,9 +65,11 @@ def test_lists_exactly_the_sessions_tools_with_the_serializers_schema_and_annota
         return await client.list_tools()
 
     listed = run(with_client(shop["url"], shop["token"], body))
-    assert [tool.name for tool in listed.tools] == ["refund_order"]
+    assert [tool.name for tool in listed.tools] == ["refund_order", "withdraw_preview"]
     tool = listed.tools[0]
-    assert tool.input_schema == input_json_schema(RefundOrderArguments)
+    # The `mcp` format's schema: what both strict modes take, the bounds said in words (test_tool_formats).
+    assert tool.input_schema == mcp_schema(input_json_schema(RefundOrderArguments))
+    assert "maxLength" not in tool.input_schema["properties"]["order_id"]
     assert tool.annotations.destructive_hint is True
     assert tool.annotations.idempotent_hint is True
     assert tool.annotations.read_only_hint is False

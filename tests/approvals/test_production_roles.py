@@ -41,6 +41,9 @@ def test_the_application_works_as_a_role_with_insert_and_select_on_the_audit_log
     receipt = alice_agent.get(f"/api/agent/previews/{preview_id}/receipt")  # seals, as this role
     assert receipt.status_code == 200 and len(receipt.json()["records"]) == 1
     assert AuditLeaf.objects.count() == AuditRecord.objects.count() > 0
+    response = propose(alice_agent, order_id="o-12", amount_minor=400, reason="damaged")
+    second = alice_agent.get(f"/api/agent/previews/{response.json()['preview']['id']}/receipt")  # a tile grows
+    assert second.status_code == 200 and second.json()["tree_head"]["size"] == AuditLeaf.objects.count() > 1
 
     refused = [
         ("DELETE FROM approvals_auditrecord", "permission denied"),
@@ -49,6 +52,10 @@ def test_the_application_works_as_a_role_with_insert_and_select_on_the_audit_log
         ("DELETE FROM approvals_auditleaf", "permission denied"),
         ("UPDATE approvals_audittreehead SET root_hash = ''", "permission denied"),
         ("DELETE FROM approvals_audittreehead", "permission denied"),
+        ("DELETE FROM approvals_audittile", "permission denied"),
+        ("TRUNCATE approvals_audittile", "permission denied"),
+        ("UPDATE approvals_audittile SET hashes = ''", "only grows at its right edge"),
+        ("UPDATE approvals_auditcosignature SET line = ''", "permission denied"),
         ("ALTER TABLE approvals_auditrecord DISABLE TRIGGER ALL", "must be owner"),
         ("ALTER TABLE approvals_auditleaf DISABLE TRIGGER approvals_auditleaf_append_only", "must be owner"),
         ("SET session_replication_role = replica", "permission denied"),

@@ -155,7 +155,7 @@ def test_every_state_that_is_not_settled_has_a_gauge_for_every_action(client, me
     parsed = samples(scrape(client))
     statuses = _counted_statuses()
     assert {"awaiting_customer", "awaiting_staff", "approved"} <= set(statuses)
-    assert not {"executed", "declined", "rejected", "expired", "superseded", "failed"} & set(statuses)
+    assert not {"executed", "declined", "rejected", "expired", "superseded", "failed", "withdrawn"} & set(statuses)
     # Derived from PreviewStatus: a status added later (needs_attention) is counted without a change here.
     assert set(statuses) == {s.value for s in PreviewStatus} - {
         "executed",
@@ -164,6 +164,7 @@ def test_every_state_that_is_not_settled_has_a_gauge_for_every_action(client, me
         "expired",
         "superseded",
         "failed",
+        "withdrawn",
     }
     for action in ("refund_order", "send_invoice"):
         for status in statuses:

@@ -17,20 +17,25 @@ from typing import Any
 from rest_framework import status
 
 from approvals.agents.api.errors import error_body
+from approvals.agents.api.formats import WITHDRAW_TOOL
 from approvals.agents.rejected_calls import rejected_call_audit_due, rejected_call_count
 from approvals.core.digests import digest_of
-from approvals.core.errors import ErrorCode
+from approvals.core.errors import DecisionError, ErrorCode
 from approvals.core.presentation import preview_envelope
 from approvals.core.registry import Action, registry
+from approvals.core.selectors import session_open_siblings
 from approvals.core.services import (
     IdempotencyConflict,
     idempotent_call,
     preview_refresh,
+    preview_withdraw,
     proposal_audit_rejected,
     proposal_submit,
 )
 from approvals.core.strict_json import StrictJSONError, strict_json_loads
 from approvals.models import AgentSession, AuditEvent, Preview, RejectedCallKind
+
+WITHDRAW_PATH = "POST /api/agent/previews/<id>/withdraw"
 
 IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
 
@@ -203,7 +208,7 @@ def _propose(call: _Call, action: Action, validated: dict[str, Any], base_url: s
         http_status = status.HTTP_422_UNPROCESSABLE_ENTITY
     else:
         assert outcome.preview is not None, "a created or repeated outcome carries its preview"
-        body = preview_envelope(outcome.preview, base_url=base_url)
+        body = with_open_siblings(preview_envelope(outcome.preview, base_url=base_url), outcome.preview)
         http_status = status.HTTP_201_CREATED if outcome.kind == "created" else status.HTTP_200_OK
     if call.call_id is not None:
         body["call_id"] = call.call_id
@@ -266,6 +271,48 @@ def tool_call(
     if idempotency_key is None:
         return CallAnswer(*propose())
     return _answered_once(call, idempotency_key, arguments, propose)
+
+
+def with_open_siblings(body: dict[str, Any], preview: Preview) -> dict[str, Any]:
+    """A proposal's answer, told of the session's other open previews on the same subject: the first of
+    them (or this one) to be executed makes the others out of date (superseded, nothing done), so the
+    agent hears it now and may withdraw the ones it no longer wants."""
+    siblings = session_open_siblings(preview)
+    if not siblings:
+        return body
+    ids = [str(pk) for pk in siblings]
+    others = "1 other open proposal" if len(ids) == 1 else f"{len(ids)} other open proposals"
+    note = (
+        f" This agent session has {others} on {preview.subject_type} {preview.subject_id} ({', '.join(ids)}): "
+        "once one of them or this one is carried out, the rest go out of date and nothing is done with them. "
+        f"Withdraw any you no longer want ({WITHDRAW_TOOL}, or {WITHDRAW_PATH})."
+    )
+    return {**body, "message": body["message"] + note, "other_open_previews": ids}
+
+
+def preview_not_found_body() -> dict[str, Any]:
+    """Another session's preview, another person's and none at all get the same answer."""
+    return error_body(ErrorCode.NOT_FOUND, "This agent session proposed no preview with this id.")
+
+
+def withdraw_call(*, session: AgentSession, preview_id: Any, base_url: str, call_id: str | None = None) -> CallAnswer:
+    """Withdraw the session's own preview (approvals.core.services.preview_withdraw): 200 with its envelope,
+    404 for a preview of another session or none, 409 once it no longer waits for a decision."""
+    http_status: int
+    try:
+        preview = preview_withdraw(agent_session=session, preview_id=preview_id, call_id=call_id)
+    except Preview.DoesNotExist:
+        body = preview_not_found_body()
+        http_status = status.HTTP_404_NOT_FOUND
+    except DecisionError as refused:
+        body = error_body(**refused.as_dict())
+        http_status = status.HTTP_409_CONFLICT
+    else:
+        body = preview_envelope(preview, base_url=base_url)
+        http_status = status.HTTP_200_OK
+    if call_id is not None:
+        body["call_id"] = call_id
+    return CallAnswer(http_status, body)
 
 
 def preview_of_session(session: AgentSession, preview_id: Any) -> Preview | None:

@@ -8,9 +8,14 @@ call. Each other shape is a projection of it onto the keywords that API document
   Schema. Bounds and lengths (`minimum`, `maximum`, `minLength`, `maxLength`) and formats other than
   the few it names are left out of the schema and said in the description instead; the parser still
   enforces every one of them, so a call outside them is refused with `invalid_arguments`.
-- `anthropic`: `input_schema` is plain JSON Schema; the full schema goes as it is.
-- `mcp`: the MCP `Tool` shape (`inputSchema`, JSON Schema 2020-12) with annotations; an MCP client gets
-  the same list from `tools/list` on `/mcp`.
+- `anthropic` (Messages API, `strict: true`): strict tool use takes its own subset (the "JSON Schema
+  limitations" of Anthropic's structured outputs): no numerical bounds, no string lengths, `minItems`
+  only 0 or 1, ten string formats. The rest is said in the description, as for OpenAI.
+- `mcp`: the MCP `Tool` shape (`inputSchema`) with annotations; an MCP client gets the same list from
+  `tools/list` on `/mcp` (plus the engine's own `withdraw_preview`). MCP itself accepts any JSON Schema,
+  but a host hands `inputSchema` to its model's API, OpenAI's or Anthropic's, in strict mode or not: so
+  it carries only the keywords both strict modes take (OpenAI's list, which Anthropic's contains), and
+  says the rest in the description.
 - `gemini`: `functionDeclarations` whose `parameters` is the OpenAPI 3.0 Schema subset Gemini reads,
   which has no `additionalProperties` (unknown fields are still refused by the parser).
 """
@@ -21,11 +26,21 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
+from approvals.agents.api.serializers import WithdrawPreviewArguments
 from approvals.core.arguments import input_json_schema
 from approvals.core.registry import Action, registry
 from approvals.models import AgentSession
 
 FORMATS = ("openai", "openai-responses", "anthropic", "mcp", "gemini")
+
+# The engine's own MCP tool beside the actions' (over REST: POST /api/agent/previews/<id>/withdraw).
+WITHDRAW_TOOL = "withdraw_preview"
+WITHDRAW_TOOL_DESCRIPTION = (
+    "Withdraw a proposal of this agent session that still waits for the customer's or staff's decision: it "
+    "ends as withdrawn and nothing is done. Use it when the customer no longer wants it, or when another "
+    "proposal on the same order or invoice replaces it. A preview that no longer waits (approved, executed, "
+    "declined, rejected, expired, superseded) cannot be withdrawn: the answer says its status."
+)
 
 # OpenAI's strict mode: the keywords it documents for function parameters, and the string formats.
 OPENAI_STRICT_KEYWORDS = frozenset(
@@ -58,6 +73,47 @@ OPENAI_STRICT_FORMATS = frozenset(
         "uuid",
     }
 )
+# Anthropic's strict tool use (structured outputs, "JSON Schema limitations"): the supported keywords, the
+# string formats, and the only `minItems` values it takes.
+ANTHROPIC_STRICT_KEYWORDS = frozenset(
+    {
+        "type",
+        "description",
+        "properties",
+        "required",
+        "additionalProperties",
+        "enum",
+        "const",
+        "default",
+        "anyOf",
+        "allOf",
+        "items",
+        "minItems",
+        "pattern",
+        "format",
+        "$defs",
+        "definitions",
+        "$ref",
+    }
+)
+ANTHROPIC_STRICT_FORMATS = frozenset(
+    {
+        "date-time",
+        "time",
+        "date",
+        "duration",
+        "email",
+        "hostname",
+        "uri",
+        "ipv4",
+        "ipv6",
+        "uuid",
+    }
+)
+ANTHROPIC_MIN_ITEMS = frozenset({0, 1})
+# What an MCP host may hand to either model API in strict mode: the keywords and formats both take.
+MCP_KEYWORDS = OPENAI_STRICT_KEYWORDS & ANTHROPIC_STRICT_KEYWORDS
+MCP_FORMATS = OPENAI_STRICT_FORMATS & ANTHROPIC_STRICT_FORMATS
 # Gemini's Schema object (an OpenAPI 3.0 subset).
 GEMINI_KEYWORDS = frozenset(
     {
@@ -102,6 +158,24 @@ def tool_definition(action: Action) -> dict[str, Any]:
     }
 
 
+def withdraw_tool_definition() -> dict[str, Any]:
+    """`withdraw_preview` in the contract's shape (its arguments: WithdrawPreviewArguments)."""
+    return {
+        "name": WITHDRAW_TOOL,
+        "description": WITHDRAW_TOOL_DESCRIPTION,
+        "input_schema": input_json_schema(WithdrawPreviewArguments),
+    }
+
+
+WITHDRAW_TOOL_ANNOTATIONS = {
+    "title": "Withdraw a pending proposal",
+    "readOnlyHint": False,
+    "destructiveHint": False,  # it only ends a proposal nobody decided; nothing outside changes
+    "idempotentHint": True,
+    "openWorldHint": False,
+}
+
+
 def tool_annotations(action: Action) -> dict[str, Any]:
     """MCP tool annotations (hints to clients; the server itself trusts none coming in)."""
     return {
@@ -130,6 +204,13 @@ def _constraint_words(node: dict[str, Any], kind: str | None) -> str:
         words.append(f"At most {longest} characters.")
     elif shortest is not None:
         words.append(f"At least {shortest} characters.")
+    fewest, most = node.get("minItems"), node.get("maxItems")
+    if fewest is not None and most is not None:
+        words.append(f"{fewest} to {most} items.")
+    elif most is not None:
+        words.append(f"At most {most} items.")
+    elif fewest is not None:
+        words.append(f"At least {fewest} items.")
     return " ".join(words)
 
 
@@ -141,11 +222,11 @@ def _project(node: Any, *, keep: Callable[[str, Any, dict[str, Any]], bool]) -> 
     for key, value in node.items():
         if not keep(key, value, node):
             continue
-        if key == "properties":
+        if key in ("properties", "$defs", "definitions"):
             result[key] = {name: _project(child, keep=keep) for name, child in value.items()}
         elif key in ("items", "additionalProperties") and isinstance(value, dict):
             result[key] = _project(value, keep=keep)
-        elif key == "anyOf":
+        elif key in ("anyOf", "allOf"):
             result[key] = [_project(child, keep=keep) for child in value]
         else:
             result[key] = copy.deepcopy(value)
@@ -157,13 +238,27 @@ def _project(node: Any, *, keep: Callable[[str, Any, dict[str, Any]], bool]) -> 
     return result
 
 
-def strict_openai_schema(schema: dict[str, Any]) -> dict[str, Any]:
+def _strict_schema(schema: dict[str, Any], keywords: frozenset[str], formats: frozenset[str]) -> dict[str, Any]:
     def keep(key: str, value: Any, node: dict[str, Any]) -> bool:
         if key == "format":
-            return value in OPENAI_STRICT_FORMATS
-        return key in OPENAI_STRICT_KEYWORDS
+            return value in formats
+        if key == "minItems" and key in keywords:
+            return value in ANTHROPIC_MIN_ITEMS
+        return key in keywords
 
     return _project(schema, keep=keep)
+
+
+def strict_openai_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    return _strict_schema(schema, OPENAI_STRICT_KEYWORDS, OPENAI_STRICT_FORMATS)
+
+
+def strict_anthropic_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    return _strict_schema(schema, ANTHROPIC_STRICT_KEYWORDS, ANTHROPIC_STRICT_FORMATS)
+
+
+def mcp_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    return _strict_schema(schema, MCP_KEYWORDS, MCP_FORMATS)
 
 
 def gemini_schema(schema: dict[str, Any]) -> dict[str, Any]:
@@ -205,7 +300,15 @@ def _openai_responses(tools: list[dict[str, Any]], actions: list[Action]) -> lis
 
 
 def _anthropic(tools: list[dict[str, Any]], actions: list[Action]) -> list[dict[str, Any]]:
-    return [{"name": t["name"], "description": t["description"], "input_schema": t["input_schema"]} for t in tools]
+    return [
+        {
+            "name": t["name"],
+            "description": t["description"],
+            "input_schema": strict_anthropic_schema(t["input_schema"]),
+            "strict": True,
+        }
+        for t in tools
+    ]
 
 
 def _mcp(tools: list[dict[str, Any]], actions: list[Action]) -> dict[str, Any]:
@@ -214,7 +317,7 @@ def _mcp(tools: list[dict[str, Any]], actions: list[Action]) -> dict[str, Any]:
             {
                 "name": t["name"],
                 "description": t["description"],
-                "inputSchema": t["input_schema"],
+                "inputSchema": mcp_schema(t["input_schema"]),
                 "annotations": tool_annotations(action),
             }
             for t, action in zip(tools, actions, strict=True)

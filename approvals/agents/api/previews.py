@@ -39,6 +39,7 @@ FINAL_STATUSES = frozenset(
         PreviewStatus.EXPIRED,
         PreviewStatus.SUPERSEDED,
         PreviewStatus.FAILED,
+        PreviewStatus.WITHDRAWN,
     }
 )
 

@@ -19,6 +19,7 @@ urlpatterns = [
     path("tool-calls", views.ToolCallView.as_view(), name="agent-tool-calls"),
     path("previews", views.PreviewListView.as_view(), name="agent-previews"),
     path("previews/<str:preview_id>", views.PreviewStatusView.as_view(), name="agent-preview"),
+    path("previews/<str:preview_id>/withdraw", views.PreviewWithdrawView.as_view(), name="agent-preview-withdraw"),
     path("previews/<str:preview_id>/receipt", views.PreviewReceiptView.as_view(), name="agent-preview-receipt"),
     path("sessions", views.AgentSessionCreateView.as_view(), name="agent-sessions"),
     re_path(r"^(?P<rest>.*)$", no_such_endpoint),

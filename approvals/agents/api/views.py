@@ -23,7 +23,15 @@ from approvals.agents.api.authentication import (
     request_agent_session,
     request_person,
 )
-from approvals.agents.api.calls import CallAnswer, body_unparsable, envelope_invalid, storable, tool_call
+from approvals.agents.api.calls import (
+    CallAnswer,
+    body_unparsable,
+    envelope_invalid,
+    preview_not_found_body,
+    storable,
+    tool_call,
+    withdraw_call,
+)
 from approvals.agents.api.errors import error_body, error_code
 from approvals.agents.api.formats import FORMATS, tool_listing
 from approvals.agents.api.previews import preview_wait, session_previews
@@ -268,6 +276,35 @@ class PreviewStatusView(AgentAPIView):
         if declined is not None:
             response["Preview-Wait-Declined"] = declined
         return response
+
+
+class PreviewWithdrawView(AgentAPIView):
+    @extend_schema(
+        operation_id="withdraw_preview",
+        request=None,
+        parameters=[PREVIEW_ID, *AUTH_HEADERS],
+        responses={
+            200: OpenApiResponse(
+                PreviewEnvelopeSerializer,
+                description="Withdrawn (status `withdrawn`); nothing was done. A preview withdrawn already is "
+                "answered the same way.",
+            ),
+            401: UNAUTHORIZED,
+            404: error_response("No such preview of this agent session (the same answer for another's)."),
+            409: error_response(
+                "It no longer waits for a decision (approved, executed, declined, expired, …): "
+                "`not_awaiting_decision` with its `status`."
+            ),
+            429: THROTTLED,
+        },
+    )
+    def post(self, request: Request, preview_id: str) -> Response:
+        try:
+            preview_uuid = uuid.UUID(preview_id)
+        except ValueError:  # not an id at all: as for an id of no preview of this session
+            return Response(answer_data(preview_not_found_body()), status=status.HTTP_404_NOT_FOUND)
+        session = request_agent_session(request)
+        return answer_response(withdraw_call(session=session, preview_id=preview_uuid, base_url=self.base_url()))
 
 
 class PreviewListView(AgentAPIView):

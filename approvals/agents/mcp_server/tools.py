@@ -1,5 +1,6 @@
 """The MCP server's tools: listing the session's tools, calling one through the REST API's `tool_call`,
-and the URL-mode elicitation of the customer's confirmation."""
+the URL-mode elicitation of the customer's confirmation, and the engine's own `withdraw_preview` (the
+REST API's `withdraw_call`). Input schemas are the `mcp` format's (approvals.agents.api.formats)."""
 
 from __future__ import annotations
 
@@ -16,19 +17,31 @@ from mcp.shared.exceptions import MCPError
 from approvals.agents.api.calls import (
     IDEMPOTENCY_KEY,
     CallAnswer,
+    audit_rejected_call,
     current_answer,
     preview_of_session,
+    storable,
     tool_call,
+    withdraw_call,
 )
 from approvals.agents.api.errors import error_body
-from approvals.agents.api.formats import session_actions, tool_annotations, tool_definition
+from approvals.agents.api.formats import (
+    WITHDRAW_TOOL,
+    WITHDRAW_TOOL_ANNOTATIONS,
+    mcp_schema,
+    session_actions,
+    tool_annotations,
+    tool_definition,
+    withdraw_tool_definition,
+)
+from approvals.agents.api.serializers import WithdrawPreviewArguments
 from approvals.agents.mcp_server.confirmation import confirmation_request_words, not_confirmed_words
 from approvals.core.digests import digest_of
 from approvals.core.errors import ErrorCode
 from approvals.core.presentation import preview_envelope
 from approvals.core.registry import registry
 from approvals.core.strict_json import StrictJSONError, strict_json_loads
-from approvals.models import AgentSession, IdempotencyRecord, PreviewStatus
+from approvals.models import AgentSession, AuditEvent, IdempotencyRecord, PreviewStatus
 
 SESSION_SCOPE_KEY = "approvals.agent_session"
 BASE_URL_SCOPE_KEY = "approvals.base_url"
@@ -59,25 +72,25 @@ def _agent_session(ctx: Any) -> AgentSession:
     return session
 
 
+def _tool(definition: dict[str, Any], hints: dict[str, Any]) -> types.Tool:
+    return types.Tool(
+        name=definition["name"],
+        description=definition["description"],
+        input_schema=mcp_schema(definition["input_schema"]),
+        annotations=types.ToolAnnotations(
+            title=hints["title"],
+            read_only_hint=hints["readOnlyHint"],
+            destructive_hint=hints["destructiveHint"],
+            idempotent_hint=hints["idempotentHint"],
+            open_world_hint=hints["openWorldHint"],
+        ),
+    )
+
+
 def _tools_of(session: AgentSession) -> list[types.Tool]:
-    tools = []
-    for action in session_actions(session):
-        definition, hints = tool_definition(action), tool_annotations(action)
-        tools.append(
-            types.Tool(
-                name=definition["name"],
-                description=definition["description"],
-                input_schema=definition["input_schema"],
-                annotations=types.ToolAnnotations(
-                    title=hints["title"],
-                    read_only_hint=hints["readOnlyHint"],
-                    destructive_hint=hints["destructiveHint"],
-                    idempotent_hint=hints["idempotentHint"],
-                    open_world_hint=hints["openWorldHint"],
-                ),
-            )
-        )
-    return tools
+    """The session's actions, then `withdraw_preview` (every session may take back its own proposals)."""
+    tools = [_tool(tool_definition(action), tool_annotations(action)) for action in session_actions(session)]
+    return [*tools, _tool(withdraw_tool_definition(), WITHDRAW_TOOL_ANNOTATIONS)]
 
 
 async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
@@ -205,6 +218,32 @@ def _answer_implicitly_keyed(
     return answer
 
 
+def _answer_withdraw(session: AgentSession, arguments: Any, call_id: str | None, base_url: str) -> CallAnswer:
+    """The database side of `withdraw_preview`: its arguments parsed strictly (refused as any tool's
+    malformed arguments are, audited), then the REST API's withdrawal."""
+    parsed = WithdrawPreviewArguments(data=arguments)
+    if not isinstance(arguments, dict) or not parsed.is_valid():
+        errors = parsed.errors if isinstance(arguments, dict) else {"arguments": ["A JSON object is required."]}
+        body = storable(
+            error_body(
+                ErrorCode.INVALID_ARGUMENTS, "The arguments do not match the tool's input schema.", fields=errors
+            )
+        )
+        audit_rejected_call(
+            session=session,
+            event=AuditEvent.PROPOSAL_INVALID,
+            tool_name=WITHDRAW_TOOL,
+            raw_arguments=storable(json.dumps(arguments, ensure_ascii=False, default=str)),
+            error=body["error"],
+            call_id=storable(call_id),
+        )
+        if call_id is not None:
+            body["call_id"] = call_id
+        return CallAnswer(400, body)
+    preview_id = parsed.validated_data["preview_id"]
+    return withdraw_call(session=session, preview_id=preview_id, base_url=base_url, call_id=call_id)
+
+
 def _facts_text(error: dict[str, Any]) -> str:
     facts = [
         f"{name}={value}"
@@ -248,6 +287,9 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
     if call_id is not None and not isinstance(call_id, str):
         call_id = json.dumps(call_id)
     arguments = params.arguments if params.arguments is not None else {}
+    if params.name == WITHDRAW_TOOL:
+        answer = await sync_to_async(_answer_withdraw)(session, arguments, call_id, base_url)
+        return _tool_result(answer.body)
     retrying = params.input_responses is not None or params.request_state is not None
     raw_arguments = _scope(ctx).get(RAW_ARGUMENTS_SCOPE_KEY)
     answer = await sync_to_async(_answer_call)(
@@ -278,8 +320,10 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
 def _input_schema(tool_name: str) -> dict[str, Any] | None:
     """A tool's input schema without the database (it is the action's, whoever calls): the SDK checks
     `Mcp-Param-*` headers against it, which would otherwise list the session's tools for every call."""
+    if tool_name == WITHDRAW_TOOL:
+        return mcp_schema(withdraw_tool_definition()["input_schema"])
     action = registry.action(tool_name)
-    return tool_definition(action)["input_schema"] if action is not None else None
+    return mcp_schema(tool_definition(action)["input_schema"]) if action is not None else None
 
 
 _server: Server | None = None

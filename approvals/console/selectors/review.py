@@ -121,7 +121,7 @@ def preview_review(*, preview: Preview) -> ReviewContext:
         policy=action.policy_evaluation(preview) if action else [],
         tables=action.review_tables(preview) if action else [],
         document=action.review_document(preview) if action else None,
-        approvals=list(preview.approvals.select_related("approver").order_by("created_at")),
+        approvals=list(preview.approvals.select_related("approver", "signature").order_by("created_at")),
         siblings=[QueueRow(preview=p, summary=queue_summary(p)) for p in siblings],
         proposal=proposal,
         execution=execution,

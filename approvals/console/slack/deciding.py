@@ -16,7 +16,7 @@ from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from approvals.console.review_messages import absolute
+from approvals.console.review_messages import absolute, console_url
 from approvals.console.slack.client import (
     LINK_MAX_AGE_SECONDS,
     LINK_SALT,
@@ -28,6 +28,7 @@ from approvals.console.slack.messages import (
 )
 from approvals.core.errors import DecisionError, ErrorCode
 from approvals.core.services import Decision, preview_decide, staff_right_error
+from approvals.core.stepup import step_up_words
 from approvals.models import (
     ApprovalRole,
     Preview,
@@ -183,6 +184,13 @@ def slack_decide(
             channel=came_from,
         )
     except DecisionError as error:
+        if error.code == ErrorCode.STEP_UP_REQUIRED:
+            # Slack cannot ask for a passkey: the console can, on the preview's page.
+            why = step_up_words(preview, ApprovalRole.STAFF)
+            return (
+                f"Nothing was decided: {why} Slack cannot ask for a passkey; approve it in the console: "
+                f"{console_url(preview)}"
+            )
         return f"Nothing was decided: {error.message}"
     except Preview.DoesNotExist:
         return "Nothing was decided: there is no such preview."

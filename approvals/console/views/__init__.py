@@ -30,6 +30,7 @@ from approvals.console.views.trail import (
     audit_export,
     audit_log,
     preview_audit,
+    preview_evidence_download,
     preview_receipt_download,
     subject_audit,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "preview_claim_view",
     "preview_counter_view",
     "preview_document",
+    "preview_evidence_download",
     "preview_receipt_download",
     "preview_reject_view",
     "preview_retry_view",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
@@ -20,6 +21,7 @@ from approvals.console.forms import (
     RejectForm,
 )
 from approvals.core.presentation import customer_note, preview_state_key
+from approvals.core.stepup import step_up_words
 from approvals.core.types import AuthenticatedHttpRequest
 from approvals.core.words import customer_wrote
 from approvals.models import ApprovalRole, Preview, PreviewOrigin, PreviewStatus
@@ -60,12 +62,27 @@ def preview_or_404(request: AuthenticatedHttpRequest, preview_id: Any) -> Previe
         raise Http404("No such preview.") from missing
 
 
+def passkey_links(namespace: str, back: str) -> dict[str, str]:
+    """The step-up options URL and the passkeys page, each naming the page to come back to."""
+    query = "?" + urllib.parse.urlencode({"next": back})
+    return {
+        "step_up_url": reverse(f"{namespace}:step_up") + query,
+        "passkeys_url": reverse(f"{namespace}:list") + query,
+    }
+
+
 def detail_page(
     request: AuthenticatedHttpRequest, preview: Preview, *, status: int = 200, **extra: Any
 ) -> HttpResponse:
     review = selectors.preview_review(preview=preview)
     can_decide = preview.status == PreviewStatus.AWAITING_STAFF
+    here = reverse("console:preview", kwargs={"preview_id": preview.pk})
+    # At or above STEP_UP_THRESHOLDS the approve form has the passkey sign the digest first.
+    signing = step_up_words(preview, ApprovalRole.STAFF) if can_decide else ""
     context = {
+        "step_up_words": signing,
+        "has_passkey": bool(signing) and request.user.passkeys.exists(),
+        **passkey_links("console_passkeys", here),
         "review": review,
         "preview": preview,
         "can_decide": can_decide,

@@ -123,6 +123,7 @@ def preview_approve_view(request: AuthenticatedHttpRequest, preview_id: Any) -> 
             role=ApprovalRole.STAFF,
             digest=data["digest"],
             basis="staff console review",
+            passkey_assertion=data["passkey_assertion"],
         ),
         "You approved this preview. It is handed to the worker; the status below is the real one.",
     )

@@ -19,11 +19,14 @@ from approvals.console.review_work import preview_claim, preview_release, previe
 from approvals.console.views.common import (
     back_to,
     detail_page,
+    passkey_links,
     preview_or_404,
     reviewer_required,
 )
 from approvals.core.errors import DecisionError
+from approvals.core.stepup import step_up_needed
 from approvals.core.types import AuthenticatedHttpRequest
+from approvals.models import ApprovalRole
 
 # The queue and failures ----------------------------------------------------------------------
 
@@ -66,6 +69,8 @@ def bulk_decide(request: AuthenticatedHttpRequest) -> HttpResponse:
             (item, selectors.queue_rows([previews[item.preview_id]])[0] if item.preview_id in previews else None)
             for item in form.items
         ]
+        # One passkey assertion signs the whole list when any of them needs one (STEP_UP_THRESHOLDS).
+        signing = decision == "approve" and any(step_up_needed(p, ApprovalRole.STAFF) for p in previews.values())
         return render(
             request,
             "console/bulk_confirm.html",
@@ -75,10 +80,19 @@ def bulk_decide(request: AuthenticatedHttpRequest) -> HttpResponse:
                 "note": note,
                 "nav": "queue",
                 "back": back_to(request),
+                "step_up_digests": " ".join(item.digest for item in form.items) if signing else "",
+                "step_up_count": sum(step_up_needed(p, ApprovalRole.STAFF) for p in previews.values()),
+                "has_passkey": request.user.passkeys.exists(),
+                **passkey_links("console_passkeys", back_to(request)),
             },
         )
     results = previews_decide_many(
-        reviewer=request.user, items=form.items, decision=decision, note=note, allowed=allowed
+        reviewer=request.user,
+        items=form.items,
+        decision=decision,
+        note=note,
+        allowed=allowed,
+        passkey_assertion=form.cleaned_data["passkey_assertion"],
     )
     done = [r for r in results if r.ok]
     verb = "approved" if decision == "approve" else "rejected"

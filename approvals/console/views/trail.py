@@ -9,6 +9,7 @@ from django.http import Http404, HttpResponse, JsonResponse, StreamingHttpRespon
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from approvals.audit.evidence import EvidenceNotSealed, evidence_bundle
 from approvals.audit.seal import audit_seal, preview_receipt
 from approvals.console import selectors
 from approvals.console.exports import audit_csv, audit_jsonl
@@ -49,6 +50,24 @@ def preview_receipt_download(request: AuthenticatedHttpRequest, preview_id: Any)
         audit_seal()  # the embedded setup runs no sealer process
     response = JsonResponse(preview_receipt(preview), json_dumps_params={"indent": 2})
     response["Content-Disposition"] = f'attachment; filename="audit-receipt-{preview.pk}.json"'
+    return response
+
+
+@reviewer_required
+@require_GET
+def preview_evidence_download(request: AuthenticatedHttpRequest, preview_id: Any) -> HttpResponse:
+    """The preview's evidence bundle (a zip) for a dispute: whoever may see its receipt may take it."""
+    preview = preview_or_404(request, preview_id)
+    if settings.CELERY_TASK_ALWAYS_EAGER:
+        audit_seal()  # the embedded setup runs no sealer process
+    try:
+        bundle = evidence_bundle(preview)
+    except EvidenceNotSealed as waiting:
+        response = HttpResponse(str(waiting), status=503, content_type="text/plain; charset=utf-8")
+        response["Retry-After"] = "1"
+        return response
+    response = HttpResponse(bundle.content, content_type="application/zip")
+    response["Content-Disposition"] = f'attachment; filename="{bundle.filename}"'
     return response
 
 

@@ -4,6 +4,8 @@
 - `sessions`: agent sessions, minted and revoked;
 - `proposals`: the one admission path (`proposal_admit`) for every origin of a preview;
 - `decisions`: the one decision path (`preview_decide`): confirmations, staff approvals and rejections, expiry;
+- `passkeys`: passkeys registered and removed, step-up challenges, and the check of an assertion that
+  `preview_decide` asks for an approval at or above a step-up threshold;
 - `rights`: who may propose, decide or count as an approver now (asked by all three paths);
 - `execution`: the leased state machine that executes an approved preview, its sweeper, resolver and retry;
 - `approvals.core.locks` (beside the services, so that the limits use it too): the one module that takes
@@ -46,6 +48,17 @@ from approvals.core.services.execution import (
     preview_execute,
     preview_status_for,
 )
+from approvals.core.services.passkeys import (
+    PasskeyError,
+    VerifiedStepUp,
+    may_manage_passkeys,
+    passkey_register,
+    passkey_registration_options,
+    passkey_remove,
+    passkeys_remove_for_lost_device,
+    signature_document,
+    step_up_options,
+)
 from approvals.core.services.previews import preview_digest, preview_mark
 from approvals.core.services.proposals import (
     IdempotencyConflict,
@@ -53,6 +66,7 @@ from approvals.core.services.proposals import (
     idempotent_call,
     preview_build,
     preview_insert_or_twin,
+    preview_withdraw,
     proposal_admit,
     proposal_audit_rejected,
     proposal_key,
@@ -72,10 +86,12 @@ __all__ = [
     "Decision",
     "TOKEN_PREFIX",
     "TRANSITIONS",
+    "VerifiedStepUp",
     "FencedOff",
     "IdempotencyConflict",
     "IllegalTransition",
     "Outcome",
+    "PasskeyError",
     "ProposalOutcome",
     "agent_session_create",
     "agent_sessions_revoke",
@@ -96,8 +112,13 @@ __all__ = [
     "idempotent_call",
     "is_retryable_refusal",
     "may_manage_claims",
+    "may_manage_passkeys",
     "may_review",
     "may_review_action",
+    "passkey_register",
+    "passkey_registration_options",
+    "passkey_remove",
+    "passkeys_remove_for_lost_device",
     "preview_approve",
     "preview_build",
     "preview_decide",
@@ -109,11 +130,14 @@ __all__ = [
     "preview_mark",
     "preview_refresh",
     "preview_status_for",
+    "preview_withdraw",
     "previews_expire_stale",
     "proposal_admit",
     "proposal_audit_rejected",
     "proposer_chain",
     "proposal_key",
     "proposal_submit",
+    "signature_document",
     "staff_right_error",
+    "step_up_options",
 ]

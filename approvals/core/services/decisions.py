@@ -3,8 +3,11 @@ elicitation, the console, bulk decisions and every later channel go through; exp
 window; and bringing a preview read for display up to date.
 
 A decision is bound to the digest the person saw and to the subject version; who may decide comes from
-approvals.core.services.rights (four eyes across the preview's chain, the review permission). The last
-approval missing opens the preview's execution and publishes it once the transaction commits.
+approvals.core.services.rights (four eyes across the preview's chain, the review permission). An approval
+at or above a step-up threshold (approvals.core.stepup) also needs a passkey assertion over the digest,
+checked here after every other right (approvals.core.services.passkeys), and kept with the approval and in
+its audit record; it adds to the other checks and replaces none. The last approval missing opens the
+preview's execution and publishes it once the transaction commits.
 """
 
 from __future__ import annotations
@@ -22,6 +25,13 @@ from approvals.core.registry import registry
 from approvals.core.rows import insert_rows, update_fields
 from approvals.core.services.audit import audit_decision_refused, audit_record, audited_transaction
 from approvals.core.services.execution.opening import execution_enqueue, execution_open, preview_end
+from approvals.core.services.passkeys import (
+    VerifiedStepUp,
+    approval_signature_keep,
+    signature_document,
+    step_up_check,
+    step_up_required_error,
+)
 from approvals.core.services.previews import approvals_of, status_awaiting
 from approvals.core.services.rights import staff_approvals_standing, staff_right_error
 from approvals.core.transitions import preview_effect_changed, preview_transitioned
@@ -85,9 +95,19 @@ def _quorum_facts(preview: Preview, role: str) -> dict[str, Any]:
     return {"staff_approvals": have, "staff_approvals_needed": need}
 
 
-def approval_add(preview: Preview, *, approver: User, role: str, basis: str, event: AuditEvent) -> None:
+def approval_add(
+    preview: Preview,
+    *,
+    approver: User,
+    role: str,
+    basis: str,
+    event: AuditEvent,
+    passkey: VerifiedStepUp | None = None,
+) -> None:
     """Record `approver`'s approval of the locked preview as it is now (its digest and subject version),
-    move its status on, audit it, and publish its execution once no approval is missing."""
+    with the passkey assertion it was given with, if any; move its status on, audit it (the assertion in
+    the record's approval basis, so that the sealed log commits to it), and publish its execution once no
+    approval is missing."""
     approval = Approval(
         preview=preview,
         approver=approver,
@@ -97,6 +117,8 @@ def approval_add(preview: Preview, *, approver: User, role: str, basis: str, eve
         subject_version=preview.subject_version,
     )
     insert_rows([approval])
+    if passkey is not None:
+        approval_signature_keep(approval, passkey)
     if quorum.needs_counting(preview, role):
         standing, _lapsed = staff_approvals_standing(preview, approvals_of(preview))
         approved_roles = quorum.approved_roles(preview, standing)
@@ -118,6 +140,7 @@ def approval_add(preview: Preview, *, approver: User, role: str, basis: str, eve
             "digest": preview.digest,
             "basis": basis,
             "subject_version": preview.subject_version,
+            **({"passkey": signature_document(passkey)} if passkey is not None else {}),
         },
         result={"status": preview.status, **_quorum_facts(preview, role)},
     )
@@ -175,12 +198,16 @@ def preview_decide(
     note: str = "",
     basis: str = "",
     channel: str = "",
+    passkey_assertion: str = "",
 ) -> Preview:
     """The one decision path: `person`'s yes or no, in `role`, to exactly the preview they saw (its digest).
 
     The customer role must be the preview's actor (anyone else's preview is as if it did not exist); the
     staff role must hold the action's review permission and, to approve, have proposed no preview of its
-    chain. Raises Preview.DoesNotExist for a preview this person may not see, DecisionError (audited)
+    chain. An approval at or above the role's step-up threshold needs `passkey_assertion` (the JSON of the
+    browser's navigator.credentials.get answer over a challenge committing to this digest); one given
+    below it is checked all the same and kept.
+    Raises Preview.DoesNotExist for a preview this person may not see, DecisionError (audited)
     when the decision cannot be taken. `channel` (e.g. "slack:U123") names where a decision taken outside
     the console came from, in the audit result of a rejection or a refusal (an approval says it in `basis`).
     """
@@ -192,13 +219,16 @@ def preview_decide(
         if preview is None:
             raise Preview.DoesNotExist(f"No preview {preview_id} for {person}")
         error = decision_error(preview, approver=person, role=role, digest=digest, approving=approving)
+        signed: VerifiedStepUp | None = None
+        if error is None and approving:
+            error, signed = _step_up(preview, person, role, passkey_assertion)
         if error is None and approving:
             error = _subject_current_error(preview, person)
         if error is not None:
             audit_decision_refused(preview, person, error, role=role, **came_from)
         elif approving:
             event = AuditEvent.CONFIRMED if role == ApprovalRole.CUSTOMER else AuditEvent.APPROVED
-            approval_add(preview, approver=person, role=role, basis=basis, event=event)
+            approval_add(preview, approver=person, role=role, basis=basis, event=event, passkey=signed)
         else:
             _preview_say_no(preview, person, role, digest, note, came_from)
     if error is not None:
@@ -206,10 +236,36 @@ def preview_decide(
     return preview
 
 
-def preview_approve(*, preview_id: Any, approver: User, role: ApprovalRole, digest: str, basis: str = "") -> Preview:
+def _step_up(
+    preview: Preview, person: User, role: ApprovalRole, assertion: str
+) -> tuple[DecisionError | None, VerifiedStepUp | None]:
+    """(why the passkey part of this approval fails, or None; the verified assertion, if one came)."""
+    if not assertion:
+        return step_up_required_error(preview, person, role), None
+    try:
+        return None, step_up_check(preview=preview, person=person, assertion=assertion)
+    except DecisionError as error:
+        return error, None
+
+
+def preview_approve(
+    *,
+    preview_id: Any,
+    approver: User,
+    role: ApprovalRole,
+    digest: str,
+    basis: str = "",
+    passkey_assertion: str = "",
+) -> Preview:
     """`preview_decide` saying yes."""
     return preview_decide(
-        preview_id=preview_id, person=approver, role=role, digest=digest, decision=Decision.APPROVE, basis=basis
+        preview_id=preview_id,
+        person=approver,
+        role=role,
+        digest=digest,
+        decision=Decision.APPROVE,
+        basis=basis,
+        passkey_assertion=passkey_assertion,
     )
 
 

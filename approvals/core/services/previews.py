@@ -3,6 +3,8 @@ approvals put it in, a status change with its reason, and its approvals as the e
 
 from __future__ import annotations
 
+from typing import Any
+
 from approvals.core.digests import digest_of
 from approvals.core.rows import fetch_all, update_fields
 from approvals.core.transitions import preview_transitioned
@@ -10,26 +12,29 @@ from approvals.models import Approval, Preview, PreviewOrigin, PreviewStatus
 
 
 def preview_digest(preview: Preview) -> str:
-    """What a person approves: every fact of the preview that decides what happens."""
-    return digest_of(
-        {
-            "id": str(preview.id),
-            "action": preview.action,
-            "actor": preview.actor_id,
-            "subject_type": preview.subject_type,
-            "subject_id": preview.subject_id,
-            "subject_version": preview.subject_version,
-            "payload": preview.payload,
-            "amount_minor": preview.amount_minor,
-            "currency": preview.currency,
-            "required_approvals": preview.required_approvals,
-            "expires_at": preview.expires_at.isoformat(),
-            # Only when set, so that the digests of earlier previews stay what they were.
-            **({"staff_approvals_needed": n} if (n := preview.staff_approvals_needed) != 1 else {}),
-            **_proposer_facts(preview),
-            **({"supersedes": str(preview.supersedes_id)} if preview.supersedes_id else {}),
-        }
-    )
+    """What a person approves: the SHA-256 of the canonical JSON of `preview_digest_facts`."""
+    return digest_of(preview_digest_facts(preview))
+
+
+def preview_digest_facts(preview: Preview) -> dict[str, Any]:
+    """Every fact of the preview that decides what happens: what its digest is made of."""
+    return {
+        "id": str(preview.id),
+        "action": preview.action,
+        "actor": preview.actor_id,
+        "subject_type": preview.subject_type,
+        "subject_id": preview.subject_id,
+        "subject_version": preview.subject_version,
+        "payload": preview.payload,
+        "amount_minor": preview.amount_minor,
+        "currency": preview.currency,
+        "required_approvals": preview.required_approvals,
+        "expires_at": preview.expires_at.isoformat(),
+        # Only when set, so that the digests of earlier previews stay what they were.
+        **({"staff_approvals_needed": n} if (n := preview.staff_approvals_needed) != 1 else {}),
+        **_proposer_facts(preview),
+        **({"supersedes": str(preview.supersedes_id)} if preview.supersedes_id else {}),
+    }
 
 
 def _proposer_facts(preview: Preview) -> dict[str, object]:

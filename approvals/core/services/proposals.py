@@ -5,6 +5,7 @@ against trusted data, the spending limits, the quorum plan, and the preview reco
 it (`proposed_by`, `origin`, its chain); a standing grant then counts only if its approver may approve.
 The same pending proposal again is answered with its preview; an Idempotency-Key is answered once and
 replayed after. Calls refused before the policy (malformed, unknown or forbidden) are audited here too.
+An agent may take its own proposal back while it waits for a decision (`preview_withdraw`).
 """
 
 from __future__ import annotations
@@ -20,16 +21,20 @@ from django.utils import timezone
 
 from approvals.core import quorum
 from approvals.core.digests import digest_of
-from approvals.core.errors import ApplicationError, ErrorCode, PolicyRefusal
+from approvals.core.errors import ApplicationError, DecisionError, ErrorCode, PolicyRefusal
 from approvals.core.limits import spend_limits_check
+from approvals.core.locks import preview_lock
 from approvals.core.registry import Action, Proposal
 from approvals.core.rows import fetch_one, insert_rows, update_fields
 from approvals.core.services.audit import audit_record, audited_transaction, with_call_id
 from approvals.core.services.decisions import approval_add, preview_expire_if_due
+from approvals.core.services.execution.opening import preview_end
 from approvals.core.services.previews import preview_digest, status_awaiting
 from approvals.core.services.rights import may_review_action, staff_right_error
+from approvals.core.stepup import step_up_needed
 from approvals.core.transitions import preview_transitioned
 from approvals.models import (
+    AWAITING_STATUSES,
     OPEN_STATUSES,
     AgentSession,
     ApprovalRole,
@@ -37,6 +42,7 @@ from approvals.models import (
     IdempotencyRecord,
     Preview,
     PreviewOrigin,
+    PreviewStatus,
 )
 from approvals.operations import metrics
 
@@ -352,7 +358,81 @@ def _apply_standing_grant(preview: Preview, action: Action) -> None:
         if grant.role == ApprovalRole.STAFF and staff_right_error(preview, grant.approver, approving=True):
             transaction.set_rollback(True)
             return
-        approval_add(preview, approver=grant.approver, role=grant.role, basis=grant.basis, event=AuditEvent.APPROVED)
+        needs_passkey = step_up_needed(preview, grant.role)
+        if needs_passkey:
+            transaction.set_rollback(True)
+        else:
+            approval_add(
+                preview, approver=grant.approver, role=grant.role, basis=grant.basis, event=AuditEvent.APPROVED
+            )
+    if needs_passkey:  # given in advance, it signed no digest: the preview waits for a passkey approval
+        audit_record(
+            event=AuditEvent.STANDING_APPROVAL_REFUSED,
+            preview=preview,
+            actor=grant.approver,
+            result={
+                "basis": grant.basis,
+                "reason": "an approval at this amount needs a passkey (STEP_UP_THRESHOLDS); approve it in the console",
+            },
+        )
+
+
+# Withdrawing ---------------------------------------------------------------------------------
+
+WITHDRAWN_REASON = "The agent withdrew this proposal before it was decided."
+AGENT_ROLE = "agent"  # who acts, in the metrics and the audit of a refused withdrawal
+
+
+def _withdraw_refusal(preview: Preview) -> DecisionError:
+    return DecisionError(
+        f"This preview can no longer be withdrawn: its status is {preview.status} "
+        f"({preview.get_status_display().lower()}). Only a preview waiting for the customer or staff can be.",
+        code=ErrorCode.NOT_AWAITING_DECISION,
+        status=str(preview.status),
+    )
+
+
+def preview_withdraw(*, agent_session: AgentSession, preview_id: Any, call_id: str | None = None) -> Preview:
+    """The agent session takes back its own proposal that still waits for a decision (the customer's or
+    staff's, also one the execution gate sent back to staff): it ends as `withdrawn`, nothing done, and
+    the listeners hear of it (the agent's webhook, Slack, the reviewers' queue).
+
+    Raises Preview.DoesNotExist for a preview this session did not propose (another session's, another
+    person's, none: the same answer), DecisionError (`not_awaiting_decision` with its `status`, audited)
+    for one that no longer waits, e.g. approved or declined. One withdrawn already is answered as it is.
+    """
+    error: DecisionError | None = None
+    with audited_transaction():
+        preview = preview_lock(preview_id, agent_session_id=agent_session.pk)
+        if preview is None:
+            raise Preview.DoesNotExist(f"No preview {preview_id} of agent session {agent_session.pk}")
+        if preview.status == PreviewStatus.WITHDRAWN:
+            return preview
+        preview_expire_if_due(preview)
+        previous = preview.status
+        if previous in AWAITING_STATUSES:
+            preview_end(preview, PreviewStatus.WITHDRAWN, code=ErrorCode.WITHDRAWN, reason=WITHDRAWN_REASON)
+            audit_record(
+                event=AuditEvent.WITHDRAWN,
+                preview=preview,
+                actor=agent_session.user,
+                agent_session=agent_session,
+                result=with_call_id({"previous_status": previous, "reason": WITHDRAWN_REASON}, call_id),
+            )
+            metrics.decision(preview, role=AGENT_ROLE, decision=AuditEvent.WITHDRAWN)
+        else:
+            error = _withdraw_refusal(preview)
+            audit_record(
+                event=AuditEvent.DECISION_REFUSED,
+                preview=preview,
+                actor=agent_session.user,
+                agent_session=agent_session,
+                result=with_call_id({"error": error.as_dict(), "role": AGENT_ROLE, "operation": "withdraw"}, call_id),
+            )
+            metrics.decision(preview, role=AGENT_ROLE, decision="refused", code=error.code)
+    if error is not None:
+        raise error
+    return preview
 
 
 # Idempotency ---------------------------------------------------------------------------------

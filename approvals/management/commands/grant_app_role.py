@@ -1,16 +1,17 @@
 """The production setup's second database role (docs/audit.md, README): run as the owner of the tables
 (the role migrations run as) after every `migrate`. The application's role may read and write every
-table but the audit log's, where it may only INSERT and SELECT; it owns nothing, so it can neither
-disable the audit triggers nor TRUNCATE."""
+table but the audit log's, where it may only INSERT and SELECT (and UPDATE the hash tiles, which a
+trigger lets grow at their right edge only); it owns nothing, so it can neither disable the audit
+triggers nor TRUNCATE."""
 
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection, transaction
 
-from approvals.models import AuditLeaf, AuditRecord, AuditTreeHead
+from approvals.models import AuditCosignature, AuditLeaf, AuditRecord, AuditTile, AuditTreeHead
 
-AUDIT_MODELS = (AuditRecord, AuditLeaf, AuditTreeHead)
+AUDIT_MODELS = (AuditRecord, AuditLeaf, AuditTreeHead, AuditCosignature, AuditTile)
 
 
 def app_role_grants(role: str, schema: str) -> list[str]:
@@ -24,6 +25,8 @@ def app_role_grants(role: str, schema: str) -> list[str]:
         f"REVOKE ALL ON {audit_tables} FROM {grantee}",
         f"REVOKE ALL ON {audit_tables} FROM PUBLIC",
         f"GRANT SELECT, INSERT ON {audit_tables} TO {grantee}",
+        # The sealer appends to each level's right-edge tile; the trigger refuses any other change.
+        f"GRANT UPDATE ON {namespace}.{quote(AuditTile._meta.db_table)} TO {grantee}",
     ]
 
 

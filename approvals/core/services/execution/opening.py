@@ -48,10 +48,10 @@ def execution_open(preview: Preview) -> None:
 
 
 def preview_end(preview: Preview, status: PreviewStatus, *, code: str, reason: str) -> None:
-    """End a locked preview that waits for a decision (declined, rejected, expired, superseded) with its
-    code and reason. One that the gate sent back to staff (an approval lapsed) has an execution waiting
-    for an approval again: it ends too, before any effect, so that nothing is left to start. Only such a
-    preview (`approval_lapsed`) has one, so no other preview reads its execution."""
+    """End a locked preview that waits for a decision (declined, rejected, expired, superseded, withdrawn)
+    with its code and reason. One that the gate sent back to staff (an approval lapsed) has an execution
+    waiting for an approval again: it ends too, before any effect, so that nothing is left to start. Only
+    such a preview (`approval_lapsed`) has one, so no other preview reads its execution."""
     if preview.failure_code == ErrorCode.APPROVAL_LAPSED:
         execution = execution_row_lock(preview)
         if execution is not None and execution.outcome == Outcome.AWAITING_APPROVAL:

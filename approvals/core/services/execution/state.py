@@ -99,12 +99,14 @@ SUPERSEDING_CODES = frozenset({ErrorCode.SUBJECT_CHANGED, ErrorCode.AGENT_SESSIO
 
 
 # An execution waiting for an approval again ends with its preview: rejected, expired, replaced by a
-# counter-proposal (the superseding codes above cover a changed subject and a revoked session).
+# counter-proposal, withdrawn by its agent (the superseding codes above cover a changed subject and a
+# revoked session).
 ENDED_BY_PEOPLE_OR_TIME: dict[str, PreviewStatus] = {
     ErrorCode.REJECTED: PreviewStatus.REJECTED,
     ErrorCode.EXPIRED: PreviewStatus.EXPIRED,
     ErrorCode.DECLINED: PreviewStatus.DECLINED,
     ErrorCode.COUNTER_PROPOSED: PreviewStatus.SUPERSEDED,
+    ErrorCode.WITHDRAWN: PreviewStatus.WITHDRAWN,
 }
 
 
