@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run demo-reset test install c2sp-peers lint browser-deps axe clean bench bench-quick bench-deps
+.PHONY: run demo-reset test install c2sp-peers lint browser-deps axe clean bench bench-quick bench-deps bench-scale
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -119,3 +119,10 @@ bench: $(STAMP) bench-deps
 
 bench-quick: $(STAMP) bench-deps
 	$(PY) -m bench.run --quick
+
+# `make bench-scale` (about 25 minutes): each cost at growing sizes of data, on PostgreSQL: the audit log at 10
+# thousand to 10 million leaves (written directly as its tiles), the shop at 10 thousand and 1 million rows
+# (written with COPY). Databases of its own next to DATABASE_URL's, dropped after; a Markdown table, and the
+# JSON in bench/results/scale-<time>.json (docs/benchmarks.md; `python -m bench.scale --help`).
+bench-scale: $(STAMP)
+	$(PY) -m bench.scale
