@@ -252,12 +252,19 @@ def _transaction_horizon() -> tuple[int, int | None]:
     return horizon, own
 
 
-def seal_lag_seconds() -> float:
-    """How long the oldest record not yet sealed has waited (0 when every record is sealed)."""
+def _unsealed_records() -> Any:
+    """Records with no leaf yet: on PostgreSQL only those at or above the latest head's horizon can be
+    (every record below it was sealed), so the read does not grow with the log."""
     head = latest_head()
     unsealed = AuditRecord.objects.filter(~Exists(AuditLeaf.objects.filter(record_id=OuterRef("pk"))))
     if head is not None and connection.vendor == "postgresql":
         unsealed = unsealed.filter(transaction_id__gte=head.horizon)
+    return unsealed
+
+
+def seal_lag_seconds() -> float:
+    """How long the oldest record not yet sealed has waited (0 when every record is sealed)."""
+    unsealed = _unsealed_records()
     oldest = unsealed.order_by("created_at").values_list("created_at", flat=True).first()
     if oldest is None:
         return 0.0
@@ -427,7 +434,7 @@ def audit_verify(
                 )
                 return summary
     summary.problem = _check_log(start, public_key, checkpoints, summary)
-    summary.unsealed = AuditRecord.objects.filter(~Exists(AuditLeaf.objects.filter(record_id=OuterRef("pk")))).count()
+    summary.unsealed = _unsealed_records().count()
     if summary.problem is None:
         head = latest_head()
         if head is not None and (start == 0 or head.size > start):
