@@ -461,10 +461,7 @@ def shop_load(size: int, shop_file: Path) -> dict[str, Any]:
 
 def shop_measure(size: int, round_number: int, shop_file: Path) -> dict[str, Any]:
     from django.contrib.auth import get_user_model
-    from django.db.models import Exists, OuterRef
     from django.test import Client
-
-    from approvals.models import AuditLeaf, AuditRecord
 
     from .scale_shop import ScaledShop
 
@@ -504,8 +501,6 @@ def shop_measure(size: int, round_number: int, shop_file: Path) -> dict[str, Any
     customer = Client()
     customer.force_login(User.objects.get(username=shop.history_customer))
     costs["orders_page"] = measure(page(customer, "/orders/", "S0"), budget_s=PAGE_BUDGET_S)
-    unsealed = AuditRecord.objects.filter(~Exists(AuditLeaf.objects.filter(record_id=OuterRef("pk"))))
-    costs["unsealed_count"] = measure(lambda _i: unsealed.count(), repeats=5, warmup=1)
     log("  " + "; ".join(f"{name} {cost['p50_ms']} ms ({cost['queries']})" for name, cost in costs.items()))
     return {"costs": costs, "cpu_steal_percent": machine.percent()}
 
@@ -700,7 +695,6 @@ SHOP_COSTS = {
     "console_queue": "console queue, first page",
     "console_search": "console search (an order number)",
     "orders_page": "a customer's orders page",
-    "unsealed_count": "verify_audit's count of unsealed records (the query alone)",
 }
 
 

@@ -43,7 +43,6 @@ def test_the_shop_table_says_which_ratio_is_over_the_target_and_when_statements_
         "console_queue": (_cost(100.0, 50.0), _cost(100.0, 50.0)),
         "console_search": (_cost(150.0, 90.0), _cost(12000.0, 2700.0)),
         "orders_page": (_cost(30.0, 15.0), _cost(30.0, None)),
-        "unsealed_count": (_cost(7.0, 3.5), _cost(170.0, 45.0)),
     }
     runs = [
         {"size": size, "load": {"seconds": 1.0}, "costs": {key: pair[i] for key, pair in costs.items()}}

@@ -16,6 +16,8 @@ from tests.factories import UserFactory
 
 from .conftest import bulk_previews
 
+DEFAULT_STATE = selectors.DEFAULT_QUEUE_STATE
+
 
 def text(html: str) -> str:
     return " ".join(html_module.unescape(re.sub(r"<[^>]+>", " ", html)).replace("\xa0", " ").split())
@@ -177,3 +179,62 @@ def test_the_default_queue_counts_only_staff_work_past_the_cap(reviewer_client, 
         bounded = f"LIMIT {selectors.STATE_COUNT_CAP + 1}" in sql
         staff_states_only = "IN ('awaiting_staff', 'needs_attention')" in sql
         assert bounded or staff_states_only, sql
+
+
+def test_a_search_finds_by_part_of_the_number_the_customer_and_the_id(reviewer, alice, big_order):
+    carol = UserFactory(username="carol", email="carol.smith@example.test")
+    hers = bulk_previews(2, customer=carol, order_number="o-4417")
+    alices = bulk_previews(1, customer=alice, order_number="o-77")
+    executed = bulk_previews(1, customer=carol, order_number="o-4418", status=PreviewStatus.EXECUTED)
+
+    def found(query, state=DEFAULT_STATE):
+        queue = review_queue(user=reviewer, filters=QueueFilters(query=query, state=state))
+        return {row.preview.pk for row in queue.rows}, {c.state: c.count for c in queue.counts}, queue
+
+    rows, counts, queue = found("441")
+    assert rows == {p.pk for p in hers}
+    assert counts["awaiting_staff"] == 2 and counts["executed"] == 1 and counts["failed"] == 0
+    assert not queue.search_capped and queue.total == 2 and queue.total_all == 3
+    assert found("SMITH@example")[0] == {p.pk for p in hers}
+    assert found("441", state="executed")[0] == {executed[0].pk}
+    assert found(str(alices[0].pk))[0] == {alices[0].pk}
+    assert found("no such thing")[0] == set()
+
+
+def test_a_search_over_the_cap_says_so_and_still_lists_the_listed_state(
+    reviewer_client, reviewer, alice, big_order, monkeypatch
+):
+    monkeypatch.setattr(selectors, "SEARCH_MATCH_CAP", 3)
+    history = bulk_previews(5, customer=alice, order_number="o-77", status=PreviewStatus.EXECUTED)
+    aged(history, days=3)  # older than the one waiting: a cap over every state could miss it
+    waiting = bulk_previews(1, customer=alice, order_number="o-77")
+    queue = review_queue(user=reviewer, filters=QueueFilters(query="o-77"))
+    assert queue.search_capped and queue.total_all_at_least
+    assert [row.preview.pk for row in queue.rows] == [waiting[0].pk]
+    assert queue.total_all == 3 and all(c.at_least for c in queue.counts)
+    page = text(reviewer_client.get("/console/?q=o-77").content.decode())
+    assert "This search matches 3 previews or more" in page
+    assert "At least 1 preview · waiting for staff review" in page
+    narrow = review_queue(user=reviewer, filters=QueueFilters(query=str(waiting[0].pk)))
+    assert not narrow.search_capped and [row.preview.pk for row in narrow.rows] == [waiting[0].pk]
+
+
+@pytest.mark.postgres
+def test_each_search_test_is_served_by_its_trigram_index(db):
+    """The indexes' expressions are the SQL Django writes for `icontains` (else none would be used)."""
+    from django.contrib.auth import get_user_model
+
+    User = get_user_model()
+    lookups = {
+        "preview_subject_id_trgm": Preview.objects.filter(subject_id__icontains="S00289353"),
+        "preview_recipient_trgm": Preview.objects.filter(payload__recipient__icontains="billing@"),
+        "user_username_trgm": User.objects.filter(username__icontains="alice"),
+        "user_email_trgm": User.objects.filter(email__icontains="example.test"),
+    }
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")  # tiny tables: ask whether the index can serve it
+        for index, queryset in lookups.items():
+            sql, params = queryset.values("pk").query.sql_with_params()
+            cursor.execute("EXPLAIN " + sql, params)
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+            assert f"Bitmap Index Scan on {index}" in plan, plan

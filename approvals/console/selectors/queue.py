@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from django.contrib.auth import get_user_model
 from django.core.paginator import Page, Paginator
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
@@ -33,6 +34,8 @@ QUEUE_PAGE_SIZE = 50
 # The tabs count a state that staff do not work on (the history, the customers' confirmations) only
 # this far: the history grows for ever, and an exact count of it is a scan of every preview ever made.
 STATE_COUNT_CAP = 1000
+# A search looks at this many matching previews at most (the page says so when it stops there).
+SEARCH_MATCH_CAP = 10_000
 STAFF_WORK_STATES = (PreviewStatus.AWAITING_STAFF, PreviewStatus.NEEDS_ATTENTION)
 DEFAULT_QUEUE_STATE = PreviewStatus.AWAITING_STAFF.value
 ALL_STATES = "all"
@@ -94,19 +97,39 @@ class Queue:
     #: Whether an action the queue lists proposes amounts: the amount column and the currency filter
     #: are shown only then.
     shows_amounts: bool = False
+    #: A search stopped at SEARCH_MATCH_CAP matches: the counts are floors, the list is of those found.
+    search_capped: bool = False
+
+    @property
+    def search_match_cap(self) -> str:
+        return f"{SEARCH_MATCH_CAP:,}"
 
 
-def _search(queryset: QuerySet[Preview], query: str) -> QuerySet[Preview]:
-    """By subject id (an order or invoice number), the customer's username or email, a payload field an
-    action makes searchable (an invoice's recipient: Action.searchable_payload_fields), or the id."""
-    condition = Q(subject_id__icontains=query) | Q(actor__username__icontains=query) | Q(actor__email__icontains=query)
+def _search(within: QuerySet[Preview], query: str) -> QuerySet[Preview]:
+    """The previews of `within` found by subject id (an order or invoice number), the customer's username
+    or email, a payload field an action makes searchable (an invoice's recipient:
+    Action.searchable_payload_fields), or the id; at most SEARCH_MATCH_CAP of them.
+
+    Each test is a query of its own, carrying `within`'s filters, and the previews are those of their
+    union: each is answered by its trigram index (approvals.core.search_indexes), so a search costs what
+    it finds, not the length of the history. (One `OR` across the previews and their customers was a scan
+    of every preview joined with every customer: 2 s per tab count on a million previews,
+    docs/scaling.md.) UNION ALL under a LIMIT stops reading once the cap is found; `IN` ignores the
+    duplicates."""
+    within = within.order_by()
+    customers = get_user_model().objects.filter(Q(username__icontains=query) | Q(email__icontains=query))
+    matches = [
+        within.filter(subject_id__icontains=query).values("pk"),
+        within.filter(actor__in=customers.order_by().values("pk")).values("pk"),
+    ]
     for name in registry.searchable_payload_fields():
-        condition |= Q(**{f"payload__{name}__icontains": query})
+        matches.append(within.filter(**{f"payload__{name}__icontains": query}).values("pk"))
     try:
-        condition |= Q(pk=uuid.UUID(query))
+        matches.append(within.filter(pk=uuid.UUID(query)).values("pk"))
     except ValueError:
         pass
-    return queryset.filter(condition)
+    first, *rest = matches
+    return Preview.objects.filter(pk__in=first.union(*rest, all=True)[:SEARCH_MATCH_CAP])
 
 
 def review_queue(*, user: User, filters: QueueFilters, page_number: Any = 1) -> Queue:
@@ -114,7 +137,8 @@ def review_queue(*, user: User, filters: QueueFilters, page_number: Any = 1) -> 
 
     A constant number of queries whatever the page size and however long the history: rows come
     with their actor, and the counts per state (`_state_counts`) cover the same filters (except the
-    state) without counting past STATE_COUNT_CAP in a state that staff do not work on.
+    state) without counting past STATE_COUNT_CAP in a state that staff do not work on. A search counts
+    and lists at most SEARCH_MATCH_CAP matches (`search_capped` says when it stopped there).
     """
     actions = reviewable_actions(user=user)
     scoped = Preview.objects.filter(action__in=actions)
@@ -124,25 +148,38 @@ def review_queue(*, user: User, filters: QueueFilters, page_number: Any = 1) -> 
         scoped = scoped.filter(currency=filters.currency)
     if filters.age in AGE_LIMITS:
         scoped = scoped.filter(created_at__lte=timezone.now() - AGE_LIMITS[filters.age])
-    if filters.query:
-        scoped = _search(scoped, filters.query)
     if filters.mine:
         scoped = scoped.filter(claim__claimed_by=user)
     due = escalation_due_before()
     if filters.overdue:
         overdue = Q(status=PreviewStatus.AWAITING_STAFF, status_changed_at__lte=due)
         scoped = scoped.filter(overdue) if due else scoped.none()
-
-    counts = _state_counts(scoped, listed_state=filters.state)
-    total_all = sum(c.count for c in counts)
-    total_all_at_least = any(c.at_least for c in counts)
-    if filters.state != ALL_STATES:
-        total = next((c.count for c in counts if c.state == filters.state), 0)
-    else:
-        if total_all_at_least:  # listed: the pages need the exact count
-            total_all, total_all_at_least = scoped.count(), False
-        total = total_all
     listed = scoped if filters.state == ALL_STATES else scoped.filter(status=filters.state)
+
+    search_capped = False
+    if filters.query:
+        # The matches are counted in one statement, every state exact; the listed state's are found on
+        # their own (with the state in each test), so a cap reached over all states still lists its own.
+        found = _search(scoped, filters.query)
+        counts = _state_counts(found, listed_state=filters.state, exact=True)
+        total_all = sum(c.count for c in counts)
+        search_capped = total_all >= SEARCH_MATCH_CAP
+        counts = [replace(c, at_least=search_capped) for c in counts]
+        listed = _search(listed, filters.query)
+        total = listed.count() if search_capped else total_all
+        if not search_capped and filters.state != ALL_STATES:
+            total = next((c.count for c in counts if c.state == filters.state), 0)
+        total_all_at_least = search_capped
+    else:
+        counts = _state_counts(scoped, listed_state=filters.state)
+        total_all = sum(c.count for c in counts)
+        total_all_at_least = any(c.at_least for c in counts)
+        if filters.state != ALL_STATES:
+            total = next((c.count for c in counts if c.state == filters.state), 0)
+        else:
+            if total_all_at_least:  # listed: the pages need the exact count
+                total_all, total_all_at_least = scoped.count(), False
+            total = total_all
     listed = listed.select_related("actor", "agent_session", "proposed_by", "claim__claimed_by").order_by(
         "created_at", "pk"
     )
@@ -160,6 +197,7 @@ def review_queue(*, user: User, filters: QueueFilters, page_number: Any = 1) -> 
         filters=filters,
         actions=actions,
         shows_amounts=_proposes_amounts([filters.action] if filters.action else actions),
+        search_capped=search_capped,
     )
 
 
@@ -167,15 +205,16 @@ def _proposes_amounts(action_names: list[str]) -> bool:
     return any((action := registry.action(name)) is not None and action.proposes_amount for name in action_names)
 
 
-def _state_counts(scoped: QuerySet[Preview], *, listed_state: str) -> list[StateCount]:
+def _state_counts(scoped: QuerySet[Preview], *, listed_state: str, exact: bool = False) -> list[StateCount]:
     """Counts per state over the filtered previews, in PreviewStatus's order.
 
     The states staff act on (waiting for staff, needs attention) and the listed one, whose pages need
     the number, come exact from one grouped query; COUNT(*) rather than COUNT(id) is answered from the
     (action, status) index alone. Every other state (the customer's to confirm, the history) is
-    counted up to STATE_COUNT_CAP, a query each that stops there.
+    counted up to STATE_COUNT_CAP, a query each that stops there; with `exact`, every state comes from the
+    one grouped query.
     """
-    exact_states = [s for s in PreviewStatus if s in STAFF_WORK_STATES or s.value == listed_state]
+    exact_states = [s for s in PreviewStatus if exact or s in STAFF_WORK_STATES or s.value == listed_state]
     exact = dict(scoped.filter(status__in=exact_states).order_by().values_list("status").annotate(n=Count("*")))
     counts = []
     for state in PreviewStatus:
