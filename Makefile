@@ -115,7 +115,7 @@ bench-deps:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq wrk postgresql >/dev/null; }
 
 bench: $(STAMP) bench-deps
-	$(PY) -m bench.run
+	$(PY) -m bench.runs
 
 bench-quick: $(STAMP) bench-deps
 	$(PY) -m bench.run --quick

@@ -11,12 +11,12 @@
 --      outcome, one audit record, the siblings to supersede (none here), COMMIT.
 -- No broker, no worker, no Python. bench/run.py prepares one approved preview per transaction (with its
 -- pending execution and the customer's approval) in bench_commit_floor (n, preview_id, order_id, number,
--- customer_id), and runs it with as many clients as there are workers:
+-- customer_id, payment_ref), and runs it with as many clients as there are workers:
 --
 --   pgbench -n -c 2 -j 2 -t 2000 -f bench/commit_floor_state_machine.sql <bench database>
 
 SELECT nextval('bench_commit_floor_seq') AS n \gset
-SELECT preview_id, order_id, number, customer_id FROM bench_commit_floor WHERE n = :n \gset
+SELECT preview_id, order_id, number, customer_id, payment_ref FROM bench_commit_floor WHERE n = :n \gset
 BEGIN;
 SELECT p.*, e.*, (SELECT s.revoked_at IS NOT NULL FROM approvals_agentsession s WHERE s.id = p.agent_session_id),
        COALESCE((SELECT s.webhook_url <> '' FROM approvals_agentsession s WHERE s.id = p.agent_session_id), false)
@@ -37,11 +37,11 @@ INSERT INTO approvals_auditrecord (created_at, event, action, preview_id, actor_
           '{"attempt": 1, "fencing_token": 1, "lease_owner": "floor", "look_up_first": false, "outcome": "in_progress", "outcome_from": "pending", "status": "approved", "subject_version": 1, "took_over": false}')
   RETURNING id;
 COMMIT;
-SELECT amount_minor FROM refunds_localgatewayrefund WHERE payment_ref = 'pi_pf_:n' AND NOT status IN ('failed', 'canceled');
+SELECT amount_minor FROM refunds_localgatewayrefund WHERE payment_ref = ':payment_ref' AND NOT status IN ('failed', 'canceled');
 BEGIN;
 INSERT INTO refunds_localgatewayrefund (idempotency_key, refund_id, payment_ref, amount_minor, currency, status,
                                         status_reason, created_at)
-  VALUES ('refund::preview_id', 'lr_floor_:n', 'pi_pf_:n', 500, 'EUR', 'succeeded', '', now()) ON CONFLICT DO NOTHING;
+  VALUES ('refund::preview_id', 'lr_floor_:n', ':payment_ref', 500, 'EUR', 'succeeded', '', now()) ON CONFLICT DO NOTHING;
 COMMIT;
 SELECT * FROM refunds_localgatewayrefund WHERE idempotency_key = 'refund::preview_id' ORDER BY id ASC LIMIT 1;
 BEGIN;

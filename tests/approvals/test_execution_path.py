@@ -67,6 +67,36 @@ def test_an_execution_takes_at_most_twenty_one_statements(alice, o12, alice_agen
     assert len(queries) <= 21, "\n".join(q["sql"][:100] for q in queries)
 
 
+@pytest.mark.postgres
+def test_the_benchmarks_state_machine_floor_sends_an_executions_statements(
+    alice, o12, alice_agent, django_capture_on_commit_callbacks
+):
+    """bench/commit_floor_state_machine.sql is the commit pipeline's floor only while it sends what an
+    execution sends: the same statements in the same order, and the executor's two locked steps as its
+    transactions (inside the test's transaction they are savepoints; the local gateway's own transaction,
+    a provider's in the script, is not one here)."""
+    from bench.run import floor_statements
+
+    preview = approved_preview(alice_agent, alice, django_capture_on_commit_callbacks)
+    with CaptureQueriesContext(connection) as queries:
+        assert preview_execute(preview_id=preview.pk).status == PreviewStatus.EXECUTED
+
+    def word(sql: str) -> str:
+        if sql.startswith("SAVEPOINT"):
+            return "BEGIN"
+        if sql.startswith("RELEASE SAVEPOINT"):
+            return "COMMIT"
+        return sql.split()[0].upper()
+
+    sent = [word(q["sql"]) for q in queries.captured_queries]
+    script = floor_statements()
+    listing = "\n".join(q["sql"][:100] for q in queries.captured_queries)
+    control = ("BEGIN", "COMMIT")
+    assert [w for w in sent if w not in control] == [w for w in script if w not in control], listing
+    assert sent.count("BEGIN") == 2 and script.count("BEGIN") == 3
+    assert len(sent) == 21 and len(script) == 23
+
+
 def test_a_resumed_execution_reads_the_order_and_the_approvals_itself(
     alice, o12, alice_agent, django_capture_on_commit_callbacks
 ):

@@ -199,3 +199,50 @@ def test_the_report_lists_each_windows_cpu_steal():
         ("console", 0.0),
     ]
     assert run.report_rows({}) == []  # nothing measured: no steal row either
+
+
+def _run_result(pipeline_rps, floor_rps, bare_rps, executions_per_s, state_machine_tps, p99):
+    from bench import run
+
+    def kind(rps, cpu):
+        return {str(run.TARGET_CONNECTIONS): {"rps": rps, "cpu_ms_per_request": cpu}}
+
+    return {
+        "proposals": {
+            "pipeline": kind(pipeline_rps, {"gunicorn": 7.0, "postgres": 1.5}),
+            "floor": kind(floor_rps, {"gunicorn": 3.0, "postgres": 1.0}),
+            "bare": kind(bare_rps, {"gunicorn": 1.0}),
+        },
+        "open_loop": {"latency_ms": {"p99": p99}},
+        "commit": {
+            "throughput": {"executions_per_s": executions_per_s},
+            "latency": {"p95_ms": 40.0},
+            "floor": {"tps": state_machine_tps},
+            "floor_one_transaction": {"tps": 600.0},
+        },
+    }
+
+
+def test_three_runs_are_read_from_their_median_with_the_spread_and_an_undecided_target():
+    from bench.runs import median_rows
+
+    results = [
+        _run_result(49, 100, 300, 100, 180, 40.0),
+        _run_result(56, 100, 300, 110, 200, 45.0),
+        _run_result(53, 100, 300, 90, 210, 60.0),
+    ]
+    rows = {row["figure"].strip(): row for row in median_rows(results)}
+    project = rows["Proposals at 16 connections / the project floor"]
+    assert project["runs"] == "49% · 56% · 53%" and project["median"] == "53%" and project["spread"] == "49%–56%"
+    assert project["target"] == "≥ 55 %" and project["met"] == "undecided (median misses it)"
+    bare = rows["Proposals at 16 connections / the bare floor"]
+    assert bare["median"] == "18%" and bare["met"] == "**no**"
+    assert rows["CPU per proposal, every process (ms)"]["median"] == "8.5"
+    assert rows["CPU per project-floor request, every process (ms)"]["median"] == "4.0"
+    commit = rows["Commit pipeline / the state machine's floor"]
+    assert commit["runs"] == "56% · 55% · 43%" and commit["median"] == "55%"
+    assert commit["met"] == "undecided (median meets it)"
+    assert rows["Commit pipeline / one transaction (reference)"]["met"] == ""
+    assert rows["Proposals, open loop at half capacity: p99 (ms)"]["met"] == "undecided (median meets it)"
+    assert rows["Confirm → executed, idle workers: p95 (ms)"]["met"] == "yes"
+    assert "Audit seal lag: p95 (ms)" not in rows  # not measured: no row
