@@ -581,6 +581,22 @@ def _maintenance_since(before: dict[str, tuple[int, int]]) -> dict[str, str]:
     return done
 
 
+def time_confirmations(previews: list[Any]) -> dict[str, float]:
+    """Confirm each (as the commit phase's set-up does, its execution published to the paused queue or,
+    here, to idle workers) and time each confirmation, with this process's CPU per confirmation."""
+    for preview in previews:
+        preview.actor  # noqa: B018 - load the actors before the clock starts
+    own_cpu, times = time.process_time(), []
+    for preview in previews:
+        began = time.perf_counter()
+        _confirm(preview)
+        times.append((time.perf_counter() - began) * 1000)
+    return {
+        **_confirm_times(times),
+        "runner_cpu_ms_per_confirmation": round((time.process_time() - own_cpu) * 1000 / max(1, len(times)), 2),
+    }
+
+
 def _unsealed_records() -> int:
     from approvals.models import AuditLeaf, AuditRecord
 
@@ -1079,6 +1095,19 @@ def report_rows(result: dict[str, Any]) -> list[dict[str, str]]:
                     "met": "",
                 }
             )
+        before = result.get("confirmations_before_proposals")
+        if before and pipe.get("confirm_ms"):
+            after = pipe["confirm_ms"]
+            rows.append(
+                {
+                    "figure": "Set-up confirmations: p50 / p95 (ms), young database → after the proposals",
+                    "value": f"{after['p50']:.1f} / {after['p95']:.1f}",
+                    "floor": f"{before['p50']:.1f} / {before['p95']:.1f} (young database)",
+                    "ratio": f"{after['p50'] / before['p50']:.2f}×" if before["p50"] else "",
+                    "target": "",
+                    "met": "",
+                }
+            )
         lat = commit["latency"]
         rows.append(
             {
@@ -1364,6 +1393,11 @@ def _run(
     _wait_executed([p.pk for p in warm], timeout=60)
     processes.check_alive()
     result["server"] = _server_description()
+    if "commit" in phases:
+        # The same set-up confirmations, before any other phase: compared with the commit phase's own
+        # (docs/benchmarks.md, "The set-up confirmations").
+        result["confirmations_before_proposals"] = time_confirmations(previews_for(label="CB", count=200))
+        log(f"  set-up confirmations on the young database: {result['confirmations_before_proposals']}")
     log(f"gunicorn on {base_url} ({result['server']['gunicorn']}), two Celery workers ready")
 
     if "proposals" in phases:
