@@ -1,0 +1,102 @@
+"""The OAuth pages and documents: the consent page (the toolkit's authorization view, with the
+agent session a consent mints) and the protected resource's metadata for /mcp."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
+from oauth2_provider.forms import AllowForm
+from oauth2_provider.models import Application
+from oauth2_provider.views import AuthorizationView, OAuthProtectedResourceMetadataView
+
+from approvals.agents.oauth.sessions import (
+    lifetime_choices,
+    oauth_agent_session_create,
+    oauth_client_host,
+    oauth_tools_for,
+)
+from approvals.core.errors import ApplicationError
+from approvals.core.registry import registry
+from approvals.models import AgentSession
+
+
+class ConsentForm(AllowForm):  # type: ignore[misc]  # the toolkit is untyped
+    lifetime = forms.TypedChoiceField(
+        coerce=int, widget=forms.RadioSelect, label="How long the assistant may act for you"
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        choices = lifetime_choices()
+        self.fields["lifetime"].choices = choices
+        self.fields["lifetime"].initial = choices[0][0]
+
+
+class ConsentView(AuthorizationView):  # type: ignore[misc]  # the toolkit is untyped
+    """GET /oauth/authorize/: who asks (the client's name and the host of its metadata document), what
+    the token will allow (the customer's tools), for how long (a short list); POST: consent or refusal.
+
+    The site's login comes first (LoginRequiredMixin, back here after it). The toolkit checks the
+    request (client, redirect URI, PKCE with S256) before the page shows and again on the POST, so a
+    tampered hidden field gets the error page or an error redirect, never a code."""
+
+    template_name = "oauth/consent.html"
+    form_class = ConsentForm
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context: dict[str, Any] = super().get_context_data(**kwargs)
+        application = kwargs.get("application") or context.get("application")
+        if application is None and self.request.method == "POST":
+            application = Application.objects.filter(client_id=self.request.POST.get("client_id", "")).first()
+        if application is not None:
+            context["application"] = application
+            context["client_host"] = oauth_client_host(application)
+        context["tools"] = [
+            {"name": name, "description": registry.actions[name].description}
+            for name in oauth_tools_for(self.request.user)
+        ]
+        return context
+
+    def form_valid(self, form: ConsentForm) -> HttpResponse:
+        self._agent_session: AgentSession | None = None
+        if form.cleaned_data.get("allow"):
+            application = Application.objects.filter(client_id=form.cleaned_data["client_id"]).first()
+            if application is None:
+                form.add_error(None, "This client is not known here.")
+                return self.form_invalid(form)
+            try:
+                self._agent_session = oauth_agent_session_create(
+                    user=self.request.user, application=application, ttl_seconds=form.cleaned_data["lifetime"]
+                )
+            except ApplicationError as error:
+                form.add_error(None, error.message)
+                return self.form_invalid(form)
+        response: HttpResponse = super().form_valid(form)
+        session = self._agent_session
+        if session is not None and not AgentSession.objects.filter(pk=session.pk, oauth_grant__isnull=False).exists():
+            # The toolkit refused the request after all (an error redirect or page): no code holds it.
+            from approvals.core.services import agent_sessions_revoke
+
+            agent_sessions_revoke(session_id=session.pk, reason="oauth_authorization_refused")
+        return response
+
+    def create_authorization_response(
+        self, request: HttpRequest, scopes: str, credentials: dict[str, Any], allow: bool
+    ) -> Any:
+        if allow and getattr(self, "_agent_session", None) is not None:
+            credentials = {**credentials, "agent_session_id": self._agent_session.pk}  # type: ignore[union-attr]
+        return super().create_authorization_response(request, scopes, credentials, allow)
+
+
+class McpResourceMetadataView(OAuthProtectedResourceMetadataView):  # type: ignore[misc]  # untyped
+    """GET /.well-known/oauth-protected-resource (RFC 9728): the resource is /mcp, its authorization
+    server this one."""
+
+    def get_resource(self, request: HttpRequest) -> str:
+        return request.build_absolute_uri(reverse("mcp"))
+
+    def get_resource_documentation(self) -> str:
+        return ""
