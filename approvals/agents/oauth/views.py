@@ -8,9 +8,11 @@ from typing import Any
 from django import forms
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
+from oauth2_provider.exceptions import OAuthToolkitError
 from oauth2_provider.forms import AllowForm
 from oauth2_provider.models import Application
 from oauth2_provider.views import AuthorizationView, OAuthProtectedResourceMetadataView
+from oauthlib.oauth2.rfc6749.errors import InvalidRequestError
 
 from approvals.agents.oauth.sessions import (
     lifetime_choices,
@@ -82,6 +84,20 @@ class ConsentView(AuthorizationView):  # type: ignore[misc]  # the toolkit is un
 
             agent_sessions_revoke(session_id=session.pk, reason="oauth_authorization_refused")
         return response
+
+    def validate_authorization_request(self, request: HttpRequest) -> tuple[list[str], dict[str, Any]]:
+        """The toolkit's checks, and S256 as the only PKCE method before the page offers consent (the
+        toolkit refuses `plain` only once the code is made)."""
+        scopes, credentials = super().validate_authorization_request(request)
+        if credentials.get("code_challenge_method") != "S256":
+            raise OAuthToolkitError(
+                error=InvalidRequestError(
+                    description='Send a PKCE code_challenge with code_challenge_method "S256".',
+                    state=credentials.get("state"),
+                ),
+                redirect_uri=credentials.get("redirect_uri"),
+            )
+        return scopes, credentials
 
     def create_authorization_response(
         self, request: HttpRequest, scopes: str, credentials: dict[str, Any], allow: bool
