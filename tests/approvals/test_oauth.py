@@ -234,6 +234,8 @@ def test_the_consent_page_names_the_client_its_host_the_tools_and_the_lifetimes(
     for words in ("1 hour", "8 hours", "1 day", "7 days"):
         assert words in text
     assert '<legend>How long the assistant may act for you</legend>' in text
+    # The form's answer redirects to the client: its origin, and no other, is a form action.
+    assert "form-action 'self' http://127.0.0.1:33418" in page["Content-Security-Policy"]
 
 
 def test_without_a_code_challenge_there_is_no_code(cimd: MetadataServer, alice_client):

@@ -4,6 +4,7 @@ agent session a consent mints) and the protected resource's metadata for /mcp.""
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from django import forms
 from django.http import HttpRequest, HttpResponse
@@ -61,6 +62,18 @@ class ConsentView(AuthorizationView):  # type: ignore[misc]  # the toolkit is un
             for name in oauth_tools_for(self.request.user)
         ]
         return context
+
+    def render_to_response(self, context: dict[str, Any], **kwargs: Any) -> HttpResponse:
+        """The consent form's answer redirects to the client's redirect URI, which the page's
+        `form-action 'self'` would block: that one origin is added, once the client names it."""
+        response: HttpResponse = super().render_to_response(context, **kwargs)
+        application = context.get("application")
+        form = context.get("form")
+        redirect_uri = form["redirect_uri"].value() if form is not None else None
+        if application is not None and redirect_uri and application.redirect_uri_allowed(redirect_uri):
+            parts = urlsplit(redirect_uri)
+            response._csp_update = {"form-action": [f"{parts.scheme}://{parts.netloc}"]}  # type: ignore[attr-defined]
+        return response
 
     def form_valid(self, form: ConsentForm) -> HttpResponse:
         self._agent_session: AgentSession | None = None
