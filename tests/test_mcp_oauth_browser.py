@@ -182,7 +182,9 @@ def test_the_official_sdk_connects_with_oauth_through_a_browser_consent(live_ser
 
     # Revocation at the advertised endpoint ends the token and the agent session.
     assert seen["revocation_endpoint"] == f"{live_server.url}/oauth/revoke_token/"
-    revoked = httpx.post(str(seen["revocation_endpoint"]), data={"client_id": client_id, "token": seen["second_access"]})
+    revoked = httpx.post(
+        str(seen["revocation_endpoint"]), data={"client_id": client_id, "token": seen["second_access"]}
+    )
     assert revoked.status_code == 200
     assert mcp_status(seen["second_access"]) == 401
     refused = httpx.post(

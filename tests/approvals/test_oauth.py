@@ -75,7 +75,10 @@ def tokens_for(alice_client: Client, client_id: str, lifetime: int = 3600) -> di
     verifier, challenge = pkce()
     _page, response = consent(alice_client, client_id, challenge, lifetime=lifetime)
     answer = token(
-        client_id, grant_type="authorization_code", code=code_from(response), redirect_uri=REDIRECT,
+        client_id,
+        grant_type="authorization_code",
+        code=code_from(response),
+        redirect_uri=REDIRECT,
         code_verifier=verifier,
     )
     assert answer.status_code == 200, answer.content
@@ -233,7 +236,7 @@ def test_the_consent_page_names_the_client_its_host_the_tools_and_the_lifetimes(
     assert 'name="csrfmiddlewaretoken"' in text
     for words in ("1 hour", "8 hours", "1 day", "7 days"):
         assert words in text
-    assert '<legend>How long the assistant may act for you</legend>' in text
+    assert "<legend>How long the assistant may act for you</legend>" in text
     # The form's answer redirects to the client: its origin, and no other, is a form action.
     assert "form-action 'self' http://127.0.0.1:33418" in page["Content-Security-Policy"]
 
@@ -270,7 +273,9 @@ def test_refusing_consent_grants_nothing(cimd: MetadataServer, alice_client):
     assert not AgentSession.objects.exists() and not Grant.objects.exists()
 
 
-def test_consent_mints_an_agent_session_for_the_customer_with_the_lifetime_picked(cimd: MetadataServer, alice, alice_client):
+def test_consent_mints_an_agent_session_for_the_customer_with_the_lifetime_picked(
+    cimd: MetadataServer, alice, alice_client
+):
     url = cimd.client_document("/client.json", REDIRECT)
     before = timezone.now()
     body = tokens_for(alice_client, url, lifetime=28800)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -62,7 +63,7 @@ def oauth_agent_session_create(*, user: User, application: Application, ttl_seco
     return session
 
 
-def oauth_token_family(token: str, application: Application | None = None) -> object | None:
+def oauth_token_family(token: str, application: Application | None = None) -> uuid.UUID | None:
     """The refresh-token family an access or refresh token belongs to (None for an unknown token)."""
     checksum = sha256_hex(token)
     access = AccessToken.objects.filter(token_checksum=checksum)
@@ -86,9 +87,7 @@ class OAuthTokenInvalid(Exception):
 def oauth_access_token_session(token: str) -> AgentSession:
     """The agent session an OAuth access token acts as. Raises OAuthTokenInvalid; the caller checks
     the session itself (revoked, expired, person inactive) as for a bearer agent token."""
-    access = (
-        AccessToken.objects.filter(token_checksum=sha256_hex(token)).select_related("refresh_token").first()
-    )
+    access = AccessToken.objects.filter(token_checksum=sha256_hex(token)).select_related("refresh_token").first()
     if access is None:
         raise OAuthTokenInvalid("Invalid token.")
     if access.is_expired():
@@ -105,7 +104,7 @@ def oauth_access_token_session(token: str) -> AgentSession:
     return session
 
 
-def oauth_session_revoke_for_token(*, family: object) -> int:
+def oauth_session_revoke_for_token(*, family: uuid.UUID) -> int:
     """Revoke the agent session of a token family (its tokens go with it); audited as any revocation."""
     session_id = AgentSession.objects.filter(oauth_token_family=family).values_list("pk", flat=True).first()
     if session_id is None:

@@ -29,7 +29,7 @@ def _live(session: AgentSession | None) -> bool:
     )
 
 
-class GatewayOAuth2Validator(OAuth2Validator):  # type: ignore[misc]  # the toolkit is untyped
+class GatewayOAuth2Validator(OAuth2Validator):
     def _create_authorization_code(self, request: Any, code: dict[str, str], expires: Any = None) -> Grant:
         grant = super()._create_authorization_code(request, code, expires)
         session_id = getattr(request, "agent_session_id", None)
@@ -73,9 +73,7 @@ class GatewayOAuth2Validator(OAuth2Validator):  # type: ignore[misc]  # the tool
             )
         return refresh
 
-    def validate_refresh_token(
-        self, refresh_token: str, client: Any, request: Any, *args: Any, **kwargs: Any
-    ) -> bool:
+    def validate_refresh_token(self, refresh_token: str, client: Any, request: Any, *args: Any, **kwargs: Any) -> bool:
         if not super().validate_refresh_token(refresh_token, client, request, *args, **kwargs):
             return False
         family = request.refresh_token_instance.token_family

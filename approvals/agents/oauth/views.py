@@ -26,7 +26,7 @@ from approvals.core.registry import registry
 from approvals.models import AgentSession
 
 
-class ConsentForm(AllowForm):  # type: ignore[misc]  # the toolkit is untyped
+class ConsentForm(AllowForm):
     lifetime = forms.TypedChoiceField(
         coerce=int, widget=forms.RadioSelect, label="How long the assistant may act for you"
     )
@@ -38,7 +38,7 @@ class ConsentForm(AllowForm):  # type: ignore[misc]  # the toolkit is untyped
         self.fields["lifetime"].initial = choices[0][0]
 
 
-class ConsentView(AuthorizationView):  # type: ignore[misc]  # the toolkit is untyped
+class ConsentView(AuthorizationView):
     """GET /oauth/authorize/: who asks (the client's name and the host of its metadata document), what
     the token will allow (the customer's tools), for how long (a short list); POST: consent or refusal.
 
@@ -120,7 +120,7 @@ class ConsentView(AuthorizationView):  # type: ignore[misc]  # the toolkit is un
         return super().create_authorization_response(request, scopes, credentials, allow)
 
 
-class McpResourceMetadataView(OAuthProtectedResourceMetadataView):  # type: ignore[misc]  # untyped
+class McpResourceMetadataView(OAuthProtectedResourceMetadataView):
     """GET /.well-known/oauth-protected-resource (RFC 9728): the resource is /mcp, its authorization
     server this one."""
 
