@@ -274,6 +274,10 @@ OAUTH2_PROVIDER_GRANT_MODEL = "oauth2_provider.Grant"
 OAUTH2_PROVIDER_ACCESS_TOKEN_MODEL = "oauth2_provider.AccessToken"
 OAUTH2_PROVIDER_REFRESH_TOKEN_MODEL = "oauth2_provider.RefreshToken"
 OAUTH2_PROVIDER_ID_TOKEN_MODEL = "oauth2_provider.IDToken"
+# Native MCP clients listen on a loopback http URL for the redirect (RFC 8252 §7.3); the validator takes
+# http redirect URIs on loopback hosts only (approvals.agents.oauth.validator.redirect_uri_acceptable),
+# which the toolkit's scheme-wide check (W008) cannot express.
+SILENCED_SYSTEM_CHECKS = ["oauth2_provider.W008"]
 OAUTH2_PROVIDER = {
     "OAUTH2_VALIDATOR_CLASS": "approvals.agents.oauth.validator.GatewayOAuth2Validator",
     "SCOPES": {"mcp": "Use the gateway's tools as you, through MCP"},
@@ -286,6 +290,7 @@ OAUTH2_PROVIDER = {
     "COMPLIANT_BCP_RFC9700_TOKEN_STORAGE": True,
     "COMPLIANT_BCP_RFC9700_REFRESH_TOKEN": True,
     "COMPLIANT_BCP_RFC9700_PKCE_REQUIRED": True,
+    "COMPLIANT_BCP_RFC9700_AUTHZ_RESPONSE_ISS": True,
     "ACCESS_TOKEN_EXPIRE_SECONDS": OAUTH_ACCESS_TOKEN_SECONDS,
     "AUTHORIZATION_CODE_EXPIRE_SECONDS": 60,
     "ROTATE_REFRESH_TOKEN": True,

@@ -13,7 +13,7 @@ import os
 import re
 import time
 from unittest import mock
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
 import pytest
@@ -34,7 +34,7 @@ from tests.factories import OrderFactory, UserFactory
 PASSWORD = "pass-for-tests"  # tests.factories' password
 CALLBACK = "http://127.0.0.1:33419/callback"
 
-pytestmark = [requires_chromium]
+pytestmark = [pytest.mark.browser, requires_chromium]
 
 
 class MemoryStorage:
@@ -195,3 +195,40 @@ def test_the_official_sdk_connects_with_oauth_through_a_browser_consent(live_ser
     session.refresh_from_db()
     assert session.revoked_at is not None
     assert AuditRecord.objects.filter(agent_session=session, event=AuditEvent.AGENT_SESSION_REVOKED).count() == 1
+
+
+def test_the_consent_page_passes_axe_and_works_from_the_keyboard(live_server, cimd, settings):
+    from playwright.sync_api import expect
+
+    from tests.browser import chromium
+    from tests.console.test_queue_browser import axe_violations, session_cookie
+
+    alice = UserFactory(username="alice")
+    client_id = cimd.client_document("/mcp-client.json", CALLBACK, name="Remote test assistant")
+    query = {
+        "response_type": "code",
+        "client_id": client_id,
+        "redirect_uri": CALLBACK,
+        "state": "s",
+        "code_challenge": "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM",
+        "code_challenge_method": "S256",
+    }
+    url = f"{live_server.url}/oauth/authorize/?{urlencode(query)}"
+    with chromium() as browser:
+        context = browser.new_context(bypass_csp=True)  # axe is injected
+        context.add_cookies([session_cookie(alice, url)])
+        page = context.new_page()
+        page.goto(url)
+        expect(page.get_by_role("heading", name="Let Remote test assistant act for you?")).to_be_visible()
+        assert axe_violations(page) == []
+        # From the keyboard: the lifetimes are one radio group, then Allow.
+        page.get_by_label("1 hour").focus()
+        page.keyboard.press("ArrowDown")
+        expect(page.get_by_label("8 hours")).to_be_checked()
+        page.get_by_role("button", name="Allow").focus()
+        with page.expect_request(lambda request: request.url.startswith(CALLBACK)) as redirected:
+            page.keyboard.press("Enter")
+        assert "code=" in redirected.value.url
+        context.close()
+    session = AgentSession.objects.get()
+    assert 8 * 3600 - 120 <= (session.expires_at - session.created_at).total_seconds() <= 8 * 3600

@@ -390,3 +390,24 @@ def test_an_expired_session_ends_its_tokens(cimd: MetadataServer, alice_client, 
 def test_bearer_agent_tokens_keep_working(alice_agent, o12):
     response = tool_call(alice_agent.token, order_id="o-12", amount_minor=1, reason="damaged")
     assert response.status_code == 201
+
+
+def test_an_http_redirect_uri_off_loopback_gets_no_code_even_if_the_document_lists_it(
+    cimd: MetadataServer, alice_client
+):
+    plain = "http://assistant.example/callback"
+    url = cimd.client_document("/client.json", plain)
+    response = alice_client.get(authorize_query(url, pkce()[1], redirect_uri=plain))
+    assert response.status_code == 400
+    assert "Location" not in response
+    assert not AgentSession.objects.exists()
+
+
+def test_the_code_comes_back_with_the_issuer(cimd: MetadataServer, alice_client):
+    url = cimd.client_document("/client.json", REDIRECT)
+    _page, response = consent(alice_client, url, pkce()[1])
+    assert parse_qs(urlsplit(response["Location"]).query)["iss"] == ["http://testserver"]
+    assert (
+        Client().get("/.well-known/oauth-authorization-server").json()["authorization_response_iss_parameter_supported"]
+        is True
+    )

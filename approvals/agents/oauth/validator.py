@@ -10,6 +10,7 @@ token at /oauth/revoke_token/ revokes the session with it.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.utils import timezone
 from oauth2_provider.models import Grant
@@ -29,7 +30,24 @@ def _live(session: AgentSession | None) -> bool:
     )
 
 
+LOOPBACK_HOSTS = {"127.0.0.1", "::1", "localhost"}
+
+
+def redirect_uri_acceptable(redirect_uri: str) -> bool:
+    """https, or http on a loopback address only: a native client's own listener (RFC 8252 §7.3,
+    which RFC 9700 §2.1 keeps). An http redirect anywhere else would carry the code in the clear."""
+    parts = urlsplit(redirect_uri)
+    if parts.scheme == "https":
+        return True
+    return parts.scheme == "http" and (parts.hostname or "") in LOOPBACK_HOSTS
+
+
 class GatewayOAuth2Validator(OAuth2Validator):
+    def validate_redirect_uri(self, client_id: str, redirect_uri: str, request: Any, *args: Any, **kwargs: Any) -> bool:
+        if not redirect_uri_acceptable(redirect_uri):
+            return False
+        return bool(super().validate_redirect_uri(client_id, redirect_uri, request, *args, **kwargs))
+
     def _create_authorization_code(self, request: Any, code: dict[str, str], expires: Any = None) -> Grant:
         grant = super()._create_authorization_code(request, code, expires)
         session_id = getattr(request, "agent_session_id", None)

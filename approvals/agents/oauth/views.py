@@ -72,7 +72,8 @@ class ConsentView(AuthorizationView):
         redirect_uri = form["redirect_uri"].value() if form is not None else None
         if application is not None and redirect_uri and application.redirect_uri_allowed(redirect_uri):
             parts = urlsplit(redirect_uri)
-            response._csp_update = {"form-action": [f"{parts.scheme}://{parts.netloc}"]}  # type: ignore[attr-defined]
+            # django-csp reads this attribute of the response; HttpResponse does not declare it.
+            response._csp_update = {"form-action": [f"{parts.scheme}://{parts.netloc}"]}  # type: ignore[attr-defined]  # django-csp's
         return response
 
     def form_valid(self, form: ConsentForm) -> HttpResponse:
@@ -115,8 +116,9 @@ class ConsentView(AuthorizationView):
     def create_authorization_response(
         self, request: HttpRequest, scopes: str, credentials: dict[str, Any], allow: bool
     ) -> Any:
-        if allow and getattr(self, "_agent_session", None) is not None:
-            credentials = {**credentials, "agent_session_id": self._agent_session.pk}  # type: ignore[union-attr]
+        session = getattr(self, "_agent_session", None)
+        if allow and session is not None:
+            credentials = {**credentials, "agent_session_id": session.pk}
         return super().create_authorization_response(request, scopes, credentials, allow)
 
 
