@@ -411,3 +411,12 @@ def test_the_code_comes_back_with_the_issuer(cimd: MetadataServer, alice_client)
         Client().get("/.well-known/oauth-authorization-server").json()["authorization_response_iss_parameter_supported"]
         is True
     )
+
+
+def test_at_the_sessions_cap_the_consent_page_says_so_and_grants_nothing(cimd: MetadataServer, alice_client, settings):
+    settings.AGENT_SESSIONS_PER_USER_MAX = 0
+    url = cimd.client_document("/client.json", REDIRECT)
+    _page, response = consent(alice_client, url, pkce()[1])
+    assert response.status_code == 200
+    assert "live agent sessions, the most allowed (0)" in response.content.decode()
+    assert not AgentSession.objects.exists() and not Grant.objects.exists()
