@@ -48,6 +48,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "csp",
+    "oauth2_provider",
     "approvals",
     "refunds",
     "invoices",
@@ -255,6 +256,54 @@ AGENT_WEBHOOK_BACKOFF_SECONDS = env.float("AGENT_WEBHOOK_BACKOFF_SECONDS", defau
 # Webhook URLs resolving to private, loopback or link-local addresses are refused unless this is set
 # (server-side request forgery, docs/agents.md); the embedded demo and the tests allow them.
 AGENT_WEBHOOK_ALLOW_PRIVATE = env.bool("AGENT_WEBHOOK_ALLOW_PRIVATE", default=DEMO)
+# MCP authorization (approvals/agents/oauth/, docs/agents.md): OAuth 2.1 with django-oauth-toolkit.
+# Authorization code with PKCE (S256 only) and refresh tokens, nothing else; public clients named by a
+# Client ID Metadata Document URL (fetched under the webhook URLs' SSRF rules), no dynamic registration.
+# Access tokens are short-lived and rotate with their refresh token; tokens are stored hashed.
+OAUTH_ACCESS_TOKEN_SECONDS = env.int("OAUTH_ACCESS_TOKEN_SECONDS", default=600)
+# The lifetimes a customer may pick on the consent page (seconds); the agent session ends with it.
+OAUTH_CONSENT_LIFETIMES = [
+    int(value) for value in env.list("OAUTH_CONSENT_LIFETIMES", default=["3600", "28800", "86400", "604800"])
+]
+# Tests only: a CA file trusted for client metadata documents served on a loopback address (https).
+# Empty (the default and any deployment) keeps loopback and private addresses refused.
+OAUTH_CIMD_TEST_LOOPBACK_CA_FILE = ""
+# The toolkit's own models (named, as its swappable models are, so migrations can depend on them).
+OAUTH2_PROVIDER_APPLICATION_MODEL = "oauth2_provider.Application"
+OAUTH2_PROVIDER_GRANT_MODEL = "oauth2_provider.Grant"
+OAUTH2_PROVIDER_ACCESS_TOKEN_MODEL = "oauth2_provider.AccessToken"
+OAUTH2_PROVIDER_REFRESH_TOKEN_MODEL = "oauth2_provider.RefreshToken"
+OAUTH2_PROVIDER_ID_TOKEN_MODEL = "oauth2_provider.IDToken"
+# Native MCP clients listen on a loopback http URL for the redirect (RFC 8252 §7.3); the validator takes
+# http redirect URIs on loopback hosts only (approvals.agents.oauth.validator.redirect_uri_acceptable),
+# which the toolkit's scheme-wide check (W008) cannot express.
+SILENCED_SYSTEM_CHECKS = ["oauth2_provider.W008"]
+OAUTH2_PROVIDER = {
+    "OAUTH2_VALIDATOR_CLASS": "approvals.agents.oauth.validator.GatewayOAuth2Validator",
+    "SCOPES": {"mcp": "Use the gateway's tools as you, through MCP"},
+    "DEFAULT_SCOPES": ["mcp"],
+    "PKCE_REQUIRED": True,
+    "COMPLIANT_BCP_RFC9700_PKCE_METHOD": True,
+    "COMPLIANT_BCP_RFC9700_IMPLICIT_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_PASSWORD_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_ACCESS_TOKEN_TRANSPORT": True,
+    "COMPLIANT_BCP_RFC9700_TOKEN_STORAGE": True,
+    "COMPLIANT_BCP_RFC9700_REFRESH_TOKEN": True,
+    "COMPLIANT_BCP_RFC9700_PKCE_REQUIRED": True,
+    "COMPLIANT_BCP_RFC9700_AUTHZ_RESPONSE_ISS": True,
+    "ACCESS_TOKEN_EXPIRE_SECONDS": OAUTH_ACCESS_TOKEN_SECONDS,
+    "AUTHORIZATION_CODE_EXPIRE_SECONDS": 60,
+    "ROTATE_REFRESH_TOKEN": True,
+    "REFRESH_TOKEN_REUSE_PROTECTION": True,
+    "OAUTH2_RESPONSE_TYPES_SUPPORTED": ["code"],
+    "OAUTH2_GRANT_TYPES_SUPPORTED": ["authorization_code", "refresh_token"],
+    "OAUTH2_TOKEN_ENDPOINT_AUTH_METHODS_SUPPORTED": ["none"],
+    "CIMD_ENABLED": True,
+    "CIMD_METADATA_FETCHER": "approvals.agents.oauth.cimd.GatewayMetadataFetcher",
+    "CIMD_MAX_DOCUMENT_SIZE": 5 * 1024,
+    "CIMD_FETCH_TIMEOUT_SECONDS": 5,
+    "OAUTH2_PROTECTED_RESOURCE_NAME": "Approval gateway MCP server",
+}
 # The gateway's public address: absolute URLs in messages sent outside a request (agent webhooks,
 # approver notifications).
 PUBLIC_BASE_URL = env.str("PUBLIC_BASE_URL", default="http://127.0.0.1:8000").rstrip("/")

@@ -31,6 +31,7 @@ urlpatterns = [
     path("api/agent/", include("approvals.agents.api.urls")),
     path("api/shop/", include("approvals.site.shopdata.urls")),
     path("mcp", mcp_endpoint, name="mcp"),
+    path("", include("approvals.agents.oauth.urls")),
     path("api/schema/", SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]), name="schema"),
     path("previews/", include("approvals.customers.urls")),
     path("orders/", include("refunds.urls")),

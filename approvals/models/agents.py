@@ -23,6 +23,17 @@ class AgentSession(models.Model):
         max_length=100, blank=True, help_text="The signing secret (whsec_…), shown once when the session is minted."
     )
 
+    # A session a customer granted to a remote MCP client through OAuth (approvals.agents.oauth): the
+    # client, the authorization code until it is exchanged, then the family of rotating refresh tokens,
+    # whose access tokens act as this session. Its own bearer token is never shown to anyone.
+    oauth_application = models.ForeignKey(
+        "oauth2_provider.Application", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    oauth_grant = models.OneToOneField(
+        "oauth2_provider.Grant", on_delete=models.SET_NULL, null=True, blank=True, related_name="agent_session"
+    )
+    oauth_token_family = models.UUIDField(null=True, blank=True, unique=True)
+
     def __str__(self) -> str:
         return f"{self.token_prefix}… for {self.user}"
 

@@ -179,7 +179,9 @@ def test_no_valid_token_is_401_with_www_authenticate(alice, o12, spoil):
 
     for response in answers:
         assert response.status_code == 401, response.content
-        assert response["WWW-Authenticate"] == 'Bearer realm="agent"'
+        assert response["WWW-Authenticate"] == (
+            'Bearer realm="agent", resource_metadata="http://testserver/.well-known/oauth-protected-resource"'
+        )
         body = response.json()
         assert body["ok"] is False
         assert body["error"]["code"] in {"not_authenticated", "authentication_failed"}

@@ -804,7 +804,9 @@ def test_retry_after_is_the_longer_wait_when_both_limits_refuse(alice, o12, sett
 
 def assert_401(response):
     assert response.status_code == 401, response.content
-    assert response["WWW-Authenticate"] == 'Bearer realm="agent"'
+    assert response["WWW-Authenticate"] == (
+        'Bearer realm="agent", resource_metadata="http://testserver/.well-known/oauth-protected-resource"'
+    )
     body = response.json()
     assert body["ok"] is False
     assert body["executed"] is False

@@ -296,7 +296,10 @@ def test_a_bad_token_gets_401_and_no_tools(shop):
         headers={"Authorization": "Bearer agt_not-a-token", "Accept": "application/json"},
     )
     assert response.status_code == 401
-    assert response.headers["WWW-Authenticate"] == 'Bearer realm="agent"'
+    origin = shop["url"].removesuffix("/mcp")
+    assert response.headers["WWW-Authenticate"] == (
+        f'Bearer realm="agent", resource_metadata="{origin}/.well-known/oauth-protected-resource"'
+    )
     assert response.json()["error"]["code"] == "authentication_failed"
     missing = httpx.post(shop["url"], json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
     assert missing.status_code == 401

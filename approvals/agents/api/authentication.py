@@ -3,11 +3,14 @@ from __future__ import annotations
 import hmac
 from typing import TYPE_CHECKING, Any, cast
 
+from django.http import HttpRequest
+from django.urls import reverse
 from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
+from approvals.agents.oauth.sessions import OAuthTokenInvalid, oauth_access_token_session
 from approvals.core.services import agent_token_hash
 from approvals.models import AgentSession
 from approvals.operations import logs
@@ -46,7 +49,13 @@ class AgentTokenAuthentication(authentication.BaseAuthentication):
         except AgentSession.DoesNotExist:
             session = None
         # The lookup is by hash; the comparison below keeps the check constant-time as well.
-        if session is None or not hmac.compare_digest(session.token_hash, digest):
+        if session is None:
+            # Not an agent token: an OAuth access token acts as the agent session its consent minted.
+            try:
+                session = oauth_access_token_session(token)
+            except OAuthTokenInvalid as invalid:
+                raise exceptions.AuthenticationFailed(str(invalid)) from invalid
+        elif not hmac.compare_digest(session.token_hash, digest):
             raise exceptions.AuthenticationFailed("Invalid token.")
         if session.revoked_at is not None:
             raise exceptions.AuthenticationFailed("This agent session was revoked.")
@@ -57,8 +66,12 @@ class AgentTokenAuthentication(authentication.BaseAuthentication):
         logs.bind(agent_session=session.pk)
         return session.user, session
 
-    def authenticate_header(self, request: Request | None) -> str:
-        return f'{self.keyword} realm="agent"'
+    def authenticate_header(self, request: Request | HttpRequest | None) -> str:
+        """The challenge, with where a remote MCP client finds how to get a token (RFC 9728)."""
+        if request is None:
+            return f'{self.keyword} realm="agent"'
+        metadata = request.build_absolute_uri(reverse("oauth2_provider:oauth-resource-metadata"))
+        return f'{self.keyword} realm="agent", resource_metadata="{metadata}"'
 
 
 def request_agent_session(request: Request) -> AgentSession:

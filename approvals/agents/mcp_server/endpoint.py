@@ -91,15 +91,15 @@ def _asgi_scope(request: HttpRequest, session: AgentSession) -> dict[str, Any]:
     }
 
 
-def _unauthorized(message: str) -> JsonResponse:
+def _unauthorized(request: HttpRequest, message: str) -> JsonResponse:
     response = JsonResponse(
         error_body(
             "authentication_failed" if message else "not_authenticated",
-            message or "Send the agent token as `Authorization: Bearer <token>`.",
+            message or "Send the agent token (or an OAuth access token) as `Authorization: Bearer <token>`.",
         ),
         status=401,
     )
-    response["WWW-Authenticate"] = AgentTokenAuthentication().authenticate_header(None)
+    response["WWW-Authenticate"] = AgentTokenAuthentication().authenticate_header(request)
     return response
 
 
@@ -158,9 +158,9 @@ def mcp_endpoint(request: HttpRequest) -> HttpResponse:
         # It reads only the Authorization header, which Django's request carries as DRF's does.
         authenticated = AgentTokenAuthentication().authenticate(request)  # type: ignore[arg-type]  # a Django request
     except exceptions.AuthenticationFailed as failure:
-        return _unauthorized(str(failure.detail))
+        return _unauthorized(request, str(failure.detail))
     if authenticated is None:
-        return _unauthorized("")
+        return _unauthorized(request, "")
     _user, session = authenticated
     wait = _throttle_wait(session)
     if wait is not None:

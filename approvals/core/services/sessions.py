@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
+from oauth2_provider.models import Grant, RefreshToken
 
 from approvals.core.digests import sha256_hex
 from approvals.core.errors import ApplicationError, ErrorCode
@@ -119,6 +120,7 @@ def agent_sessions_revoke(
         for session in agent_sessions_lock(sessions):
             session.revoked_at = timezone.now()
             session.save(update_fields=["revoked_at"])
+            _oauth_tokens_revoke(session)
             superseded = _agent_session_previews_supersede(session)
             audit_record(
                 event=AuditEvent.AGENT_SESSION_REVOKED,
@@ -133,6 +135,15 @@ def agent_sessions_revoke(
             )
             count += 1
     return count
+
+
+def _oauth_tokens_revoke(session: AgentSession) -> None:
+    """A session granted through OAuth (approvals.agents.oauth) takes its tokens with it: the code not
+    yet exchanged, every refresh token of its family and their access tokens."""
+    if session.oauth_grant_id is not None:
+        Grant.objects.filter(pk=session.oauth_grant_id).delete()
+    if session.oauth_token_family is not None:
+        RefreshToken.revoke_family(session.oauth_token_family)
 
 
 def _agent_session_previews_supersede(session: AgentSession) -> list[Any]:
