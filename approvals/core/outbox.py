@@ -39,6 +39,14 @@ TASK_KIND = "task"
 Handler = Callable[[OutboxMessage], None]
 
 
+class OutboxRetryLater(Exception):
+    """Raised by a handler whose message was not taken yet and is to be tried again in `seconds`."""
+
+    def __init__(self, seconds: float, reason: str) -> None:
+        super().__init__(reason)
+        self.seconds = seconds
+
+
 @dataclass(frozen=True)
 class Kind:
     handler: Handler
@@ -131,9 +139,10 @@ def outbox_deliver(pk: int) -> bool:
             registered.handler(message)
     except Exception as error:  # noqa: BLE001 - recorded on the row; the sweeper tries again
         logger.warning("Outbox message %s (%s) not delivered: %s", message.message_id, message.kind, error)
+        wait = error.seconds if isinstance(error, OutboxRetryLater) else _backoff(message.attempts + 1)
         undelivered.update(
             attempts=F("attempts") + 1,
-            next_attempt_at=timezone.now() + timedelta(seconds=_backoff(message.attempts + 1)),
+            next_attempt_at=timezone.now() + timedelta(seconds=wait),
             last_error=str(error)[:500],
         )
         return False

@@ -93,22 +93,27 @@ def test_a_lost_broker_loses_no_webhook_the_sweeper_sends_it_with_one_webhook_id
         assert outbox.outbox_sweep(now=later) == 1
         assert outbox.outbox_sweep(now=later) == 0  # the next sweep waits another grace period
     assert handed == [owed.pk]
-    sent = []
-    with mock.patch.object(webhooks, "_publish", lambda delivery_id, countdown=0: sent.append(delivery_id)):
-        assert outbox.outbox_deliver(owed.pk) is True
-        # Handed over twice (a broker that delivered it again, a second sweep): one delivery.
-        owed.refresh_from_db()
-        OutboxMessage.objects.filter(pk=owed.pk).update(delivered_at=None)
-        assert outbox.outbox_deliver(owed.pk) is True
-        assert outbox.outbox_deliver(owed.pk) is False  # delivered: nothing runs
+    # The worker attempts the delivery itself: the message stays owed until the receiver took it.
+    receiver.status = 503
+    assert outbox.outbox_deliver(owed.pk) is False
+    owed.refresh_from_db()
     delivery = WebhookDelivery.objects.get()
+    assert owed.delivered_at is None and owed.attempts == 1 and delivery.attempts == 1
     assert delivery.message_id == owed.message_id
-    assert sent == [delivery.pk]
-    assert webhooks.webhook_attempt(delivery.pk) is None
+    assert owed.next_attempt_at == delivery.next_attempt_at or owed.next_attempt_at > timezone.now()
+    receiver.status = 204
+    assert outbox.outbox_deliver(owed.pk) is True
+    # Handed over twice (a broker that delivered it again, a second sweep): one delivery, not sent again.
+    OutboxMessage.objects.filter(pk=owed.pk).update(delivered_at=None)
+    assert outbox.outbox_deliver(owed.pk) is True
+    assert outbox.outbox_deliver(owed.pk) is False  # delivered: nothing runs
+    assert WebhookDelivery.objects.count() == 1
+    assert len(receiver.messages) == 2  # the 503 and the one taken
     # The same delivery attempted twice (a worker killed before it acknowledged) has the same webhook-id.
     WebhookDelivery.objects.filter(pk=delivery.pk).update(status="pending", delivered_at=None)
     assert webhooks.webhook_attempt(delivery.pk) is None
-    assert [{k.lower(): v for k, v in headers.items()}["webhook-id"] for headers, _ in receiver.messages] == [owed.message_id, owed.message_id]
+    ids = [{k.lower(): v for k, v in headers.items()}["webhook-id"] for headers, _ in receiver.messages]
+    assert ids == [owed.message_id] * 3
     assert json.loads(receiver.messages[0][1])["preview"]["id"] == response.json()["preview"]["id"]
     owed.refresh_from_db()
     assert owed.delivered_at is not None
