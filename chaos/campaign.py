@@ -4,7 +4,6 @@ the invariants. Every loop here is bounded in count and in time; all traffic goe
 from __future__ import annotations
 
 import base64
-from datetime import date, timedelta
 import json
 import os
 import random
@@ -18,6 +17,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import date, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -56,13 +56,27 @@ class Plan:
 
     @classmethod
     def short(cls, seed: int = 1) -> Plan:
-        return cls(rounds=1, customers=3, proposals_each=40, fault_seconds=3.0, traffic_seconds=75.0,
-                   settle_seconds=100.0, seed=seed)
+        return cls(
+            rounds=1,
+            customers=3,
+            proposals_each=40,
+            fault_seconds=3.0,
+            traffic_seconds=75.0,
+            settle_seconds=100.0,
+            seed=seed,
+        )
 
     @classmethod
     def full(cls, seed: int = 1) -> Plan:
-        return cls(rounds=3, customers=6, proposals_each=150, fault_seconds=8.0, traffic_seconds=420.0,
-                   settle_seconds=240.0, seed=seed)
+        return cls(
+            rounds=3,
+            customers=6,
+            proposals_each=150,
+            fault_seconds=8.0,
+            traffic_seconds=420.0,
+            settle_seconds=240.0,
+            seed=seed,
+        )
 
 
 @dataclass
@@ -202,14 +216,38 @@ class Campaign:
         self.processes = processes = Processes(env, self.work)
         processes.start(
             "web",
-            [sys.executable, "-m", "gunicorn", "config.wsgi", "-b", f"127.0.0.1:{self.web_port}", "-w", "2",
-             "--threads", "4", "--timeout", "60", "--graceful-timeout", "5"],
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "config.wsgi",
+                "-b",
+                f"127.0.0.1:{self.web_port}",
+                "-w",
+                "2",
+                "--threads",
+                "4",
+                "--timeout",
+                "60",
+                "--graceful-timeout",
+                "5",
+            ],
         )
         for queue in QUEUES:
             processes.start(
                 f"worker_{queue}",
-                celery("worker", "--pool=solo", "--loglevel=WARNING", "--without-gossip", "--without-mingle",
-                       "--without-heartbeat", "-n", f"{queue}@chaos", "-Q", queue),
+                celery(
+                    "worker",
+                    "--pool=solo",
+                    "--loglevel=WARNING",
+                    "--without-gossip",
+                    "--without-mingle",
+                    "--without-heartbeat",
+                    "-n",
+                    f"{queue}@chaos",
+                    "-Q",
+                    queue,
+                ),
             )
         processes.start("beat", celery("beat", "--loglevel=WARNING", "-s", str(self.work / "beat-schedule")))
         processes.start("sealer", manage("seal_audit", "--loop"))
@@ -260,14 +298,22 @@ class Campaign:
             self.smtp.stop,
             self.hooks.stop,
             self.redis.kill,
-            lambda: self.proxy and self.proxy.stop(),
-            lambda: self.stripe and self.stripe.stop(),
+            self._proxy_stop,
+            self._stripe_stop,
             self.cluster.stop,
         ):
             try:
                 stopper()
             except Exception:  # noqa: BLE001 - the rest is stopped all the same
                 pass
+
+    def _proxy_stop(self) -> None:
+        if self.proxy is not None:
+            self.proxy.stop()
+
+    def _stripe_stop(self) -> None:
+        if self.stripe is not None:
+            self.stripe.stop()
 
     # Traffic ----------------------------------------------------------------------------------------
 
@@ -291,12 +337,22 @@ class Campaign:
                 if not logged_in:
                     logged_in = _login(browser, self.base, me["username"])
                 order = rng.choice(me["orders"])
-                body = {"name": "refund_order", "arguments": {"order_id": order, "amount_minor": rng.choice(
-                    [100, 150, 200, 350]), "reason": "damaged"}}
+                body: dict[str, Any] = {
+                    "name": "refund_order",
+                    "arguments": {
+                        "order_id": order,
+                        "amount_minor": rng.choice([100, 150, 200, 350]),
+                        "reason": "damaged",
+                    },
+                }
                 answer = None
                 for _attempt in range(3):  # an agent retries with the same key: one preview
-                    answer = agent.post(f"{self.base}/api/agent/tool-calls", json=body,
-                                        headers={"Idempotency-Key": f"{me['username']}-{n}"}, timeout=HTTP_TIMEOUT)
+                    answer = agent.post(
+                        f"{self.base}/api/agent/tool-calls",
+                        json=body,
+                        headers={"Idempotency-Key": f"{me['username']}-{n}"},
+                        timeout=HTTP_TIMEOUT,
+                    )
                     if answer.status_code < 500:
                         break
                     time.sleep(0.5)
@@ -435,8 +491,15 @@ class Campaign:
 
     def settled(self) -> bool:
         from approvals.audit.seal import seal_lag_seconds
-        from approvals.models import Execution, ExecutionOutcome, OutboxMessage, Preview, PreviewStatus
-        from approvals.models import WebhookDelivery, WebhookDeliveryStatus
+        from approvals.models import (
+            Execution,
+            ExecutionOutcome,
+            OutboxMessage,
+            Preview,
+            PreviewStatus,
+            WebhookDelivery,
+            WebhookDeliveryStatus,
+        )
 
         _db_reset()
         in_flight = Execution.objects.filter(
@@ -451,8 +514,7 @@ class Campaign:
         )
 
     def check(self) -> tuple[list[dict[str, Any]], list[str]]:
-        from approvals.models import Approval, Execution, ExecutionOutcome, Preview, PreviewStatus
-        from approvals.models import WebhookDelivery
+        from approvals.models import Approval, Execution, ExecutionOutcome, Preview, PreviewStatus, WebhookDelivery
         from refunds.models import Refund
 
         _db_reset()
@@ -519,7 +581,11 @@ class Campaign:
                 problems.append(f"{preview_id}: its agent never heard of preview.{preview.status}")
         verify = subprocess.run(
             manage("verify_audit", "--checkpoints", str(self.work / "checkpoints.jsonl")),
-            env=os.environ.copy(), cwd=ROOT, capture_output=True, text=True, timeout=300,
+            env=os.environ.copy(),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         if verify.returncode != 0:
             problems.append("verify_audit --checkpoints failed: " + (verify.stdout + verify.stderr)[-1500:])
@@ -548,14 +614,28 @@ class Campaign:
                 problems.append(f"the gateway did not answer again within 60 s of {fault}")
         return rows, problems
 
+    def summary(self) -> str:
+        agents = sum(1 for m in self.hooks.messages if m["path"].startswith("/agents/"))
+        checkpoints = sum(1 for m in self.hooks.messages if m["path"] == "/checkpoints")
+        statuses = self.traffic.statuses
+        return (
+            f"[chaos] decisions told recorded: {len(set(self.traffic.told))}; proposal answers: {len(statuses)} "
+            f"({sum(1 for code in statuses if code >= 500)} 5xx); provider refunds: {len(self.stripe.refunds)}, "
+            f"resets mid-answer: {self.proxy.resets if self.proxy else 0}; emails: {len(self.smtp.messages)} "
+            f"({self.smtp.dropped} dropped after DATA); agent webhooks received: {agents}; checkpoint webhooks: "
+            f"{checkpoints}"
+        )
+
     def run(self) -> int:
         started = time.monotonic()
         try:
             self.start()
             self.out(f"[chaos] stack up in {time.monotonic() - started:.0f} s; traffic and faults")
             deadline = time.monotonic() + self.plan.traffic_seconds
-            threads = [threading.Thread(target=self.customer_run, args=(i, deadline), daemon=True)
-                       for i in range(self.plan.customers)]
+            threads = [
+                threading.Thread(target=self.customer_run, args=(i, deadline), daemon=True)
+                for i in range(self.plan.customers)
+            ]
             threads.append(threading.Thread(target=self.staff_run, args=(deadline,), daemon=True))
             for thread in threads:
                 thread.start()
@@ -570,6 +650,7 @@ class Campaign:
             if not settled:
                 problems.insert(0, f"did not settle within {self.plan.settle_seconds:.0f} s")
             self.out(table(rows))
+            self.out(self.summary())
             for problem in problems[:40]:
                 self.out(f"INVARIANT FAILED: {problem}")
             if problems:
@@ -586,10 +667,28 @@ class Campaign:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    headers = ["fault", "times", "proposals", "executions", "needs attention", "double effects", "lost decisions",
-               "unrecorded effects", "time to recover (s)"]  # from the injection until the gateway answered again
-    keys = ["fault", "times", "proposals", "executions", "needs_attention", "double_effects", "lost_decisions",
-            "unrecorded_effects", "recover_s"]
+    headers = [
+        "fault",
+        "times",
+        "proposals",
+        "executions",
+        "needs attention",
+        "double effects",
+        "lost decisions",
+        "unrecorded effects",
+        "time to recover (s)",
+    ]  # from the injection until the gateway answered again
+    keys = [
+        "fault",
+        "times",
+        "proposals",
+        "executions",
+        "needs_attention",
+        "double_effects",
+        "lost_decisions",
+        "unrecorded_effects",
+        "recover_s",
+    ]
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     for row in rows:
         lines.append("| " + " | ".join(str(row[key]) for key in keys) + " |")

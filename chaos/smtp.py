@@ -4,6 +4,7 @@ to drop the connection after DATA: it has the message, the sender never hears so
 from __future__ import annotations
 
 import email
+import email.message
 import threading
 from collections import Counter
 from typing import Any
@@ -66,6 +67,6 @@ class SmtpPeer:
 
 def _text(message: email.message.Message) -> str:
     if message.is_multipart():
-        return "".join(_text(part) for part in message.get_payload())  # type: ignore[union-attr]
+        return "".join(_text(part) for part in message.get_payload() if isinstance(part, email.message.Message))
     payload = message.get_payload(decode=True)
     return payload.decode(errors="replace") if isinstance(payload, bytes) else str(payload)

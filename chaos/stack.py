@@ -54,9 +54,7 @@ class PgNode:
 
     def start(self) -> None:
         log = self.cluster.base / f"{self.name}.log"
-        started = self.pg_ctl(
-            "-l", str(log), "-w", "-t", "60", "-o", f"-p {self.port}", "start", check=False
-        )
+        started = self.pg_ctl("-l", str(log), "-w", "-t", "60", "-o", f"-p {self.port}", "start", check=False)
         if started.returncode != 0:
             tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
             raise RuntimeError(f"{self.name} did not start: {started.stdout}{started.stderr}\n{tail}")
@@ -140,10 +138,13 @@ class PgCluster:
 
     def create(self) -> None:
         node = self.primary
-        self.run([str(PG_BIN / "initdb"), "-D", str(node.data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"])
+        self.run(
+            [str(PG_BIN / "initdb"), "-D", str(node.data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"]
+        )
         with open(node.data / "postgresql.conf", "a") as conf:
             conf.write(
-                f"listen_addresses = '{LOOPBACK}'\nunix_socket_directories = ''\nwal_level = replica\nmax_wal_senders = 5\nhot_standby = on\n"
+                f"listen_addresses = '{LOOPBACK}'\nunix_socket_directories = ''\n"
+                "wal_level = replica\nmax_wal_senders = 5\nhot_standby = on\n"
                 "max_connections = 100\nshared_buffers = 32MB\nsynchronous_commit = on\n"
                 # The faults are processes killed, not machines losing power: what the kernel holds survives
                 # them, so the campaign does not pay for fsync on a shared machine.
@@ -178,16 +179,15 @@ class PgCluster:
         )
         with open(standby.data / "postgresql.auto.conf", "a") as conf:
             conf.write(
-                f"primary_conninfo = 'host={LOOPBACK} port={node.port} user=postgres "
-                f"application_name={STANDBY_NAME}'\n"
+                f"primary_conninfo = 'host={LOOPBACK} port={node.port} user=postgres application_name={STANDBY_NAME}'\n"
             )
         standby.start()
         # An acknowledged COMMIT is on the standby's disk too: it survives the primary's loss.
         node.sql(f"ALTER SYSTEM SET synchronous_standby_names = '{STANDBY_NAME}'")
         node.sql("SELECT pg_reload_conf()")
-        assert wait_for(
-            lambda: node.sql("SELECT sync_state FROM pg_stat_replication") == "sync", timeout=30
-        ), "the standby did not become synchronous"
+        assert wait_for(lambda: node.sql("SELECT sync_state FROM pg_stat_replication") == "sync", timeout=30), (
+            "the standby did not become synchronous"
+        )
 
     def failover(self) -> PgNode:
         """The primary killed, the standby promoted; the new primary has no standby to wait for."""

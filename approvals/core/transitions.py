@@ -21,7 +21,7 @@ from django.db import transaction
 
 logger = logging.getLogger(__name__)
 
-Listener = Callable[[str, str, str], None]
+Listener = Callable[[str, str, str], object]
 Interest = Callable[[Any], bool]
 _listeners: list[Listener] = []
 _interests: dict[Listener, Interest] = {}

@@ -63,7 +63,11 @@ def test_the_webhook_row_is_written_in_the_proposal_transaction_and_rolled_back_
         assert response.status_code == 201, response.content
         owed = OutboxMessage.objects.get()
         assert owed.kind == "agent_webhook" and owed.delivered_at is None
-        assert owed.payload == {"preview_id": response.json()["preview"]["id"], "previous_status": "", "status": "awaiting_customer"}
+        assert owed.payload == {
+            "preview_id": response.json()["preview"]["id"],
+            "previous_status": "",
+            "status": "awaiting_customer",
+        }
         raise Undo
     assert OutboxMessage.objects.count() == 0
     assert Preview.objects.count() == 0
@@ -153,7 +157,9 @@ def test_a_checkpoint_publication_is_owed_in_the_seal_transaction(
     assert [json.loads(line)["size"] for line in path.read_text().splitlines()] == [head.size]
     assert OutboxMessage.objects.filter(kind=seal.CHECKPOINT_WEBHOOK_KIND).count() == 1
     assert outbox.outbox_deliver(webhook.pk) is True
-    assert [{k.lower(): v for k, v in h.items()}["webhook-id"] for h, _ in receiver.messages] == [f"audit-tree-head-{head.size}"] * 2
+    assert [{k.lower(): v for k, v in h.items()}["webhook-id"] for h, _ in receiver.messages] == [
+        f"audit-tree-head-{head.size}"
+    ] * 2
 
 
 def test_a_checkpoint_webhook_that_fails_stays_owed_with_a_backoff(

@@ -1,7 +1,6 @@
 """A notification email owed by a decision (the customer's after a counter-proposal) is an outbox row
 written with the decision: a broker that loses its task loses no email, and it is sent once."""
 
-import pytest
 from django.core import mail
 
 from approvals.core import outbox
@@ -33,7 +32,9 @@ def test_a_counter_proposal_email_survives_a_lost_broker(
     monkeypatch.setattr(outbox, "task_publish_to", publish)
     mail.outbox.clear()
     with django_capture_on_commit_callbacks(execute=True):
-        new = preview_counter_propose(preview_id=old.pk, reviewer=reviewer, digest=old.digest, values={"amount": "150.00"})
+        new = preview_counter_propose(
+            preview_id=old.pk, reviewer=reviewer, digest=old.digest, values={"amount": "150.00"}
+        )
     assert new.status == PreviewStatus.AWAITING_CUSTOMER
     owed = OutboxMessage.objects.get(kind="task")
     assert owed.payload == {"task": NOTIFY_COUNTER_PROPOSAL, "args": [str(new.pk)]}
