@@ -106,7 +106,7 @@ def _queue(kind: str, payload: dict[str, Any] | None = None) -> str:
 
 def outbox_dispatch(pk: int, kind: str, payload: dict[str, Any] | None = None) -> None:
     """Hand a recorded message to a worker. A broker that is down is logged: the sweeper hands it over."""
-    if settings.CELERY_TASK_ALWAYS_EAGER:
+    if settings.CELERY_TASK_ALWAYS_EAGER:  # the demo's and the tests' in-process runs
         outbox_deliver(pk)
         return
     if kind == TASK_KIND and payload is None:
