@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run demo-reset test install c2sp-peers lint browser-deps axe clean bench bench-quick bench-deps bench-scale
+.PHONY: run demo-reset test install c2sp-peers lint browser-deps axe clean bench bench-quick bench-deps bench-scale chaos
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -126,3 +126,11 @@ bench-quick: $(STAMP) bench-deps
 # JSON in bench/results/scale-<time>.json (docs/benchmarks.md; `python -m bench.scale --help`).
 bench-scale: $(STAMP)
 	$(PY) -m bench.scale
+
+# `make chaos` (about 15 minutes): the fault campaign (chaos/, docs/reliability.md) on a stack of its own: a
+# throwaway PostgreSQL primary and synchronous standby (Debian's initdb, pg_ctl, pg_basebackup), Redis, gunicorn,
+# a worker per queue, beat and the sealer, the Stripe-compatible test server behind a TCP fault proxy, an SMTP
+# peer; every fault three times (the failover once). Prints the table; exits non-zero when an invariant fails.
+# `make test` runs the short one (each fault once) on PostgreSQL machines: tests/chaos/test_campaign.py.
+chaos: $(STAMP) bench-deps
+	$(PY) -m chaos

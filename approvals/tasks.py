@@ -16,18 +16,20 @@ from typing import Any
 from celery import Task, shared_task
 
 from approvals.audit import cosigning
-from approvals.audit.seal import checkpoint_webhook_request
+from approvals.audit.seal import checkpoint_webhook_send
 from approvals.console import notifications
-from approvals.core import services
+from approvals.core import outbox, services
 from approvals.core.errors import TransientExecutionError
 from approvals.operations import metrics
 from approvals.operations.publish import (
     COSIGN_AUDIT_CHECKPOINT,
     DELIVER_AUDIT_CHECKPOINT,
+    DELIVER_OUTBOX,
     EXECUTE_PREVIEW,
     NOTIFY_COUNTER_PROPOSAL,
     NOTIFY_PASSKEYS_REMOVED,
     NOTIFY_REVIEWERS,
+    SWEEP_OUTBOX,
 )
 
 logger = logging.getLogger(__name__)
@@ -82,12 +84,9 @@ def resolve_unknown_executions(**kwargs: Any) -> int:
 @shared_task(name=DELIVER_AUDIT_CHECKPOINT, bind=True, max_retries=5, ignore_result=True)
 def deliver_audit_checkpoint(self: Task, url: str, checkpoint: dict[str, Any], **kwargs: Any) -> None:
     """POST one signed tree head to a checkpoint witness (Standard Webhooks), retried with backoff."""
-    body, headers = checkpoint_webhook_request(url, checkpoint)
-    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     started = time.monotonic()
     try:
-        with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310 - configured https URLs
-            response.read()
+        checkpoint_webhook_send(url, checkpoint)
     except (urllib.error.URLError, OSError) as error:
         assert self.max_retries is not None, "set by the task's decorator"
         will_retry = not (self.request.is_eager or self.request.retries >= self.max_retries)
@@ -135,3 +134,15 @@ def notify_counter_proposal(preview_id: str, **kwargs: Any) -> bool:
 @shared_task(name=NOTIFY_PASSKEYS_REMOVED)
 def notify_passkeys_removed(user_id: int, lead: str, names: list[str], **kwargs: Any) -> bool:
     return notifications.passkeys_removed_email(user_id, lead=lead, names=names)
+
+
+@shared_task(name=DELIVER_OUTBOX, acks_late=True, ignore_result=True)
+def deliver_outbox(message_pk: int, **kwargs: Any) -> bool:
+    """One message of the outbox (approvals.core.outbox), on the queue of its kind."""
+    return outbox.outbox_deliver(message_pk)
+
+
+@shared_task(name=SWEEP_OUTBOX, ignore_result=True)
+def sweep_outbox(**kwargs: Any) -> int:
+    """The beat's: hand over again what the outbox still owes after its grace period."""
+    return outbox.outbox_sweep()

@@ -174,6 +174,8 @@ CELERY_QUEUES_BY_KIND = {
         "approvals.resend_due_webhooks",
         "approvals.deliver_audit_checkpoint",
         "approvals.cosign_audit_checkpoint",
+        "approvals.deliver_outbox",
+        "approvals.sweep_outbox",
     ],
     "notifications": [
         "approvals.notify_reviewers",
@@ -533,7 +535,13 @@ CUSTOMER_STEP_UP_THRESHOLDS = env.str("CUSTOMER_STEP_UP_THRESHOLDS", default="")
 WEBAUTHN_RP_ID = env.str("WEBAUTHN_RP_ID", default="")
 WEBAUTHN_ORIGINS = [o.strip().rstrip("/") for o in env.list("WEBAUTHN_ORIGINS", default=[]) if o.strip()]
 
+# The outbox (approvals.core.outbox): a message not delivered this long after it was recorded (or after its
+# last attempt's backoff) is handed to a worker again by the beat's sweep, which runs this often.
+OUTBOX_GRACE_SECONDS = env.float("OUTBOX_GRACE_SECONDS", default=30.0)
+OUTBOX_SWEEP_INTERVAL_SECONDS = env.float("OUTBOX_SWEEP_INTERVAL_SECONDS", default=15.0)
+
 CELERY_BEAT_SCHEDULE = {
+    "sweep-outbox": {"task": "approvals.sweep_outbox", "schedule": OUTBOX_SWEEP_INTERVAL_SECONDS},
     "notify-reviewers": {"task": "approvals.notify_reviewers", "schedule": float(REVIEW_NOTIFY_INTERVAL_SECONDS)},
     "expire-previews": {"task": "approvals.expire_previews", "schedule": 60.0},
     "dispatch-stalled-previews": {"task": "approvals.dispatch_stalled_previews", "schedule": 30.0},

@@ -211,5 +211,10 @@ def give_up_execution(preview: Preview, *, effect_possible: bool = False, error:
 
 
 def execution_callbacks(callbacks: Iterable[Callable[[], Any]]) -> list[Callable[[], Any]]:
-    """The on_commit callbacks that publish an execution, without the transition listeners' (webhooks)."""
-    return [callback for callback in callbacks if not getattr(callback, "is_transition_notice", False)]
+    """The on_commit callbacks that publish an execution, without the transition listeners' and the outbox's
+    (webhooks, notifications)."""
+    return [
+        callback
+        for callback in callbacks
+        if not getattr(callback, "is_transition_notice", False) and not getattr(callback, "is_outbox_dispatch", False)
+    ]

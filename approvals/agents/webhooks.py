@@ -41,15 +41,16 @@ from urllib.parse import urlsplit
 import httpx
 from celery import shared_task
 from django.conf import settings
-from django.db import connections
+from django.db import IntegrityError, connections, transaction
 from django.db.models import Q
 from django.utils import timezone
 from standardwebhooks.webhooks import Webhook
 
 from approvals.core.errors import ApplicationError, ErrorCode
+from approvals.core.outbox import OutboxRetryLater, outbox_handler
 from approvals.core.presentation import preview_envelope
 from approvals.core.transitions import on_preview_transition
-from approvals.models import AgentSession, Preview, WebhookDelivery, WebhookDeliveryStatus
+from approvals.models import AgentSession, OutboxMessage, Preview, WebhookDelivery, WebhookDeliveryStatus
 
 logger = logging.getLogger(__name__)
 
@@ -136,29 +137,66 @@ def may_have_webhook(preview: Preview) -> bool:
     return True
 
 
-def preview_transition_webhook(preview_id: str, previous_status: str, status: str) -> None:
+def preview_transition_webhook(
+    preview_id: str, previous_status: str, status: str, *, message_id: str | None = None, publish: bool = True
+) -> int | None:
     """Record the message for the proposing session's webhook, if it has one, and hand it to a worker.
     (The proposal, confirmation and execution paths do not get here for a session without one:
-    may_have_webhook already said so inside their transaction.)"""
+    may_have_webhook already said so inside their transaction.) `message_id` is the outbox message's:
+    a message handed over twice records one delivery, under the same webhook-id. Returns the delivery's
+    id (None without a webhook); `publish=False` leaves its attempts to the caller."""
     preview = (
         Preview.objects.select_related("agent_session").filter(pk=preview_id, agent_session__webhook_url__gt="").first()
     )
     if preview is None:
-        return
+        return None
     session = preview.agent_session
     assert session is not None  # the filter above found this session's webhook URL
-    delivery = WebhookDelivery.objects.create(
-        agent_session=session,
-        preview=preview,
-        message_id=f"msg_{uuid.uuid4().hex}",
-        event_type=f"preview.{status}",
-        url=session.webhook_url,
-        payload=webhook_payload(preview, status),
+    if message_id is not None:
+        recorded = WebhookDelivery.objects.filter(message_id=message_id).values_list("pk", flat=True).first()
+        if recorded is not None:
+            return recorded  # recorded by an earlier hand-over
+    try:
+        with transaction.atomic():
+            delivery = WebhookDelivery.objects.create(
+                agent_session=session,
+                preview=preview,
+                message_id=message_id or f"msg_{uuid.uuid4().hex}",
+                event_type=f"preview.{status}",
+                url=session.webhook_url,
+                payload=webhook_payload(preview, status),
+            )
+    except IntegrityError:
+        return WebhookDelivery.objects.filter(message_id=message_id).values_list("pk", flat=True).first()
+    if publish:
+        _publish(delivery.pk)
+    return delivery.pk
+
+
+AGENT_WEBHOOK_OUTBOX_KIND = "agent_webhook"
+on_preview_transition(preview_transition_webhook, interested=may_have_webhook, outbox_kind=AGENT_WEBHOOK_OUTBOX_KIND)
+
+
+@outbox_handler(AGENT_WEBHOOK_OUTBOX_KIND, queue="deliveries")
+def agent_webhook_owed(message: OutboxMessage) -> None:
+    """The outbox's message for a transition: the delivery recorded under the message's id (its webhook-id),
+    attempted here; the message stays owed until the receiver took it (or the delivery gave up), so a
+    broker that loses a task loses no webhook. (Eagerly, the demo's and the tests', attempts run on a
+    thread of their own, as they always have.)"""
+    payload = message.payload
+    eager = settings.CELERY_TASK_ALWAYS_EAGER
+    delivery_id = preview_transition_webhook(
+        str(payload["preview_id"]),
+        str(payload["previous_status"]),
+        str(payload["status"]),
+        message_id=message.message_id,
+        publish=eager,
     )
-    _publish(delivery.pk)
-
-
-on_preview_transition(preview_transition_webhook, interested=may_have_webhook)
+    if delivery_id is None or eager:
+        return
+    retry_in = webhook_attempt(delivery_id)
+    if retry_in is not None:
+        raise OutboxRetryLater(retry_in, "the agent's webhook did not take it")
 
 
 def _publish(delivery_id: int, countdown: float = 0) -> None:

@@ -37,7 +37,8 @@ from approvals.audit.witnesses import (
     witness_settings_problems,
     witnesses_configured,
 )
-from approvals.models import AuditCosignature, AuditTreeHead, AuditWitnessAnswer
+from approvals.core.outbox import outbox_handler
+from approvals.models import AuditCosignature, AuditTreeHead, AuditWitnessAnswer, OutboxMessage
 from approvals.operations import metrics
 
 logger = logging.getLogger(__name__)
@@ -47,6 +48,13 @@ RETRY_BACKOFF_MAX_SECONDS = 300
 COLLECT_ROUNDS = 3
 # A claim outlives the deadline by this much: a worker that dies while asking frees its witnesses.
 CLAIM_MARGIN_SECONDS = 5
+
+
+@outbox_handler(seal.CHECKPOINT_COSIGN_KIND, queue="deliveries")
+def cosignatures_owed(message: OutboxMessage) -> None:
+    """The outbox's message for a sealed head: one round of asking the witnesses. One that did not answer
+    is asked again by the beat's `cosign-audit-checkpoint` (the latest head, every minute)."""
+    cosignatures_collect(int(message.payload["size"]))
 
 
 def cosignatures_collect(size: int | None = None) -> list[Submission]:
@@ -195,7 +203,7 @@ def _cosignature_keep(head: AuditTreeHead, submission: Submission) -> None:
         published = seal.latest_published_head()
         if published is None or published.size != head.size:
             return  # a later head was published first: this one is covered by it
-        transaction.on_commit(lambda: seal.checkpoint_publish(seal.published_checkpoint(head)))
+        seal.checkpoint_publication_owed(head)
 
 
 # The report for /readyz and /metrics ----------------------------------------------------------------

@@ -55,10 +55,18 @@ from approvals.audit.log import (
     tree_head_signature_valid,
 )
 from approvals.audit.tiles import stored_tree, tiles_extend
-from approvals.audit.witnesses import cosignatures_request, witness_quorum, witnesses_configured
+from approvals.audit.witnesses import witness_quorum, witnesses_configured
 from approvals.core.digests import canonical_bytes
-from approvals.models import AuditCosignature, AuditLeaf, AuditRecord, AuditTreeHead, AuditVerification, Preview
-from approvals.operations.publish import DELIVER_AUDIT_CHECKPOINT, task_publish
+from approvals.core.outbox import outbox_handler, outbox_write
+from approvals.models import (
+    AuditCosignature,
+    AuditLeaf,
+    AuditRecord,
+    AuditTreeHead,
+    AuditVerification,
+    OutboxMessage,
+    Preview,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -235,7 +243,7 @@ def _seal_batch_locked(keys: list[Ed25519PrivateKey], batch_size: int) -> int:
         note=tlog.checkpoint_sign(tlog.Checkpoint(audit_origin(), new_size, root), keys).serialize(),
         horizon=max(horizon, head.horizon if head else 0),
     )
-    transaction.on_commit(lambda: checkpoint_sealed(new_head))
+    checkpoint_sealed(new_head)
     return len(records)
 
 
@@ -276,13 +284,28 @@ def seal_lag_seconds() -> float:
 # Publishing checkpoints --------------------------------------------------------------------------
 
 
+# The outbox's kinds for a tree head: to have cosigned (approvals.audit.cosigning handles it), to publish
+# (the file, then one message per checkpoint webhook), and one checkpoint webhook's delivery.
+CHECKPOINT_COSIGN_KIND = "audit_checkpoint_cosign"
+CHECKPOINT_PUBLISH_KIND = "audit_checkpoint_publish"
+CHECKPOINT_WEBHOOK_KIND = "audit_checkpoint_webhook"
+CHECKPOINT_FILE_TAIL_BYTES = 64 * 1024
+
+
 def checkpoint_sealed(head: AuditTreeHead) -> None:
-    """A new tree head committed: without witnesses it is published at once; with them, once enough of
-    them cosigned it (approvals.audit.witnesses)."""
+    """In the seal's transaction: the new tree head is owed to the witnesses (when there are any) or, without
+    them, to the public at once (approvals.core.outbox; a sealer or broker that dies loses neither)."""
     if settings.AUDIT_WITNESSES:
-        cosignatures_request(head.size)
+        outbox_write(CHECKPOINT_COSIGN_KIND, {"size": head.size}, message_id=f"audit-cosign-{head.size}")
     else:
-        checkpoint_publish(published_checkpoint(head))
+        checkpoint_publication_owed(head)
+
+
+def checkpoint_publication_owed(head: AuditTreeHead) -> None:
+    """In the current transaction: the tree head is owed to AUDIT_CHECKPOINT_FILE and the checkpoint
+    webhooks (once per head, however many times this is asked)."""
+    if settings.AUDIT_CHECKPOINT_FILE or settings.AUDIT_CHECKPOINT_WEBHOOKS:
+        outbox_write(CHECKPOINT_PUBLISH_KIND, {"size": head.size}, message_id=f"audit-publish-{head.size}")
 
 
 def published_checkpoint(head: AuditTreeHead) -> dict[str, Any]:
@@ -290,26 +313,62 @@ def published_checkpoint(head: AuditTreeHead) -> dict[str, Any]:
     return {**head.as_checkpoint(), "note": checkpoint_note(head)}
 
 
-def checkpoint_publish(checkpoint: dict[str, Any]) -> None:
-    """Publish a signed tree head outside the database: a line appended to AUDIT_CHECKPOINT_FILE, and a
-    Standard Webhooks delivery to each of AUDIT_CHECKPOINT_WEBHOOKS. A failure is logged; the next head
-    is published all the same (each head is consistent with every earlier one)."""
+@outbox_handler(CHECKPOINT_PUBLISH_KIND, queue="deliveries")
+def checkpoint_publish_owed(message: OutboxMessage) -> None:
+    """Publish a signed tree head outside the database: a line appended to AUDIT_CHECKPOINT_FILE (not
+    twice: a head the file's last line already covers is not appended), and one outbox message per
+    AUDIT_CHECKPOINT_WEBHOOKS URL. Raises when the file cannot be written (tried again)."""
+    head = AuditTreeHead.objects.get(size=int(message.payload["size"]))
+    checkpoint = published_checkpoint(head)
     path = settings.AUDIT_CHECKPOINT_FILE
-    if path:
+    if path and _checkpoint_file_last_size(path) < head.size:
         line = json.dumps(checkpoint, sort_keys=True, separators=(",", ":")) + "\n"
+        with open(path, "a", encoding="utf-8") as file:
+            file.write(line)
+            file.flush()
+            os.fsync(file.fileno())
+    with transaction.atomic():
+        for index, url in enumerate(settings.AUDIT_CHECKPOINT_WEBHOOKS):
+            outbox_write(
+                CHECKPOINT_WEBHOOK_KIND,
+                {"url": url, "size": head.size},
+                message_id=f"audit-tree-head-{head.size}-{index}",
+            )
+
+
+def _checkpoint_file_last_size(path: str) -> int:
+    """The size of the last checkpoint in the file (0 without one)."""
+    try:
+        with open(path, "rb") as file:
+            file.seek(0, os.SEEK_END)
+            file.seek(max(0, file.tell() - CHECKPOINT_FILE_TAIL_BYTES))
+            tail = file.read()
+    except FileNotFoundError:
+        return 0
+    for line in reversed(tail.splitlines()):
         try:
-            with open(path, "a", encoding="utf-8") as file:
-                file.write(line)
-                file.flush()
-                os.fsync(file.fileno())
-        except OSError:
-            logger.exception("Could not append the audit tree head of size %s to %s", checkpoint["size"], path)
-    if settings.AUDIT_CHECKPOINT_WEBHOOKS:
-        for url in settings.AUDIT_CHECKPOINT_WEBHOOKS:
-            try:
-                task_publish(DELIVER_AUDIT_CHECKPOINT, url, checkpoint)
-            except Exception:  # noqa: BLE001 - a broker that is down; the next head is published again
-                logger.warning("Could not queue the audit checkpoint for %s", url, exc_info=True)
+            return int(json.loads(line)["size"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return 0
+
+
+@outbox_handler(CHECKPOINT_WEBHOOK_KIND, queue="deliveries")
+def checkpoint_webhook_owed(message: OutboxMessage) -> None:
+    """POST the tree head to one checkpoint webhook; raises unless it answered 2xx (tried again)."""
+    head = AuditTreeHead.objects.get(size=int(message.payload["size"]))
+    checkpoint_webhook_send(str(message.payload["url"]), published_checkpoint(head))
+
+
+def checkpoint_webhook_send(url: str, checkpoint: dict[str, Any]) -> None:
+    """One Standard Webhooks POST of a tree head (webhook-id `audit-tree-head-<size>`, the same every
+    time); raises urllib's errors (an HTTPError for a non-2xx answer)."""
+    import urllib.request
+
+    body, headers = checkpoint_webhook_request(url, checkpoint)
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310 - configured https URLs
+        response.read()
 
 
 def checkpoint_webhook_request(url: str, checkpoint: dict[str, Any]) -> tuple[bytes, dict[str, str]]:

@@ -1,14 +1,15 @@
 """Witnesses: the c2sp.org/tlog-witness protocol, from the log's side.
 
 AUDIT_WITNESSES lists each witness as `<vkey>=<add-checkpoint URL>`, the vkey a c2sp.org/tlog-cosignature
-key (signature type 0x04, `<name>+<key ID>+<base64>`). After each seal `cosignatures_request(size)` queues
-`approvals.cosign_audit_checkpoint` on the `deliveries` queue; the task (approvals.audit.cosigning) sends
+key (signature type 0x04, `<name>+<key ID>+<base64>`). Each seal writes an outbox message in its
+transaction (approvals.core.outbox); a worker on the `deliveries` queue (approvals.audit.cosigning) sends
 the latest tree head to every witness that has not cosigned it, keeps the cosignatures and publishes the
-head once AUDIT_WITNESS_QUORUM of them cosigned it.
+head once AUDIT_WITNESS_QUORUM of them cosigned it; the beat's `approvals.cosign_audit_checkpoint` asks
+again every minute.
 
 This module is the protocol without the database: the settings' parsing, the request body, the
 exchange with every witness at once within one deadline, the answer's meaning (`checkpoint_submit`).
-The sealer imports it to queue the task, so it imports nothing of the sealer's.
+The sealer imports it, so it imports nothing of the sealer's.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import httpx
 from django.conf import settings
 
 from approvals.audit import tlog
-from approvals.operations.publish import COSIGN_AUDIT_CHECKPOINT, task_publish
 
 logger = logging.getLogger(__name__)
 
@@ -112,16 +112,6 @@ def witness_settings_problems() -> list[str]:
     if not listed and quorum:
         problems += (f"AUDIT_WITNESS_QUORUM is {quorum} but AUDIT_WITNESSES lists no witness",)
     return list(problems)
-
-
-def cosignatures_request(size: int) -> None:
-    """After the seal of the tree head of `size` committed: ask the witnesses for their cosignatures, on
-    the `deliveries` queue. A broker that is down is logged; the beat's `cosign-audit-checkpoint` asks
-    again within a minute."""
-    try:
-        task_publish(COSIGN_AUDIT_CHECKPOINT, size)
-    except Exception:  # noqa: BLE001 - whatever the broker raises, the seal stands
-        logger.warning("Could not queue the witnesses' cosignatures of tree head %s", size, exc_info=True)
 
 
 # The exchange -------------------------------------------------------------------------------------

@@ -12,20 +12,18 @@ from __future__ import annotations
 
 import json
 import logging
-from functools import partial
 from typing import TYPE_CHECKING, Any
-
-from django.db import transaction
 
 from approvals.core.errors import DecisionError, ErrorCode, PolicyRefusal
 from approvals.core.locks import preview_lock
+from approvals.core.outbox import outbox_task
 from approvals.core.registry import Proposal, registry
 from approvals.core.services import audit_record, audited_transaction, decision_error, proposal_admit
 from approvals.core.services.audit import audit_decision_refused
 from approvals.core.services.execution.opening import preview_end
 from approvals.models import ApprovalRole, AuditEvent, Preview, PreviewOrigin, PreviewStatus
 from approvals.operations import metrics
-from approvals.operations.publish import NOTIFY_COUNTER_PROPOSAL, task_publish
+from approvals.operations.publish import NOTIFY_COUNTER_PROPOSAL
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -33,13 +31,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 COUNTER_PROPOSED = ErrorCode.COUNTER_PROPOSED
-
-
-def _publish_customer_email(preview_id: str) -> None:
-    try:
-        task_publish(NOTIFY_COUNTER_PROPOSAL, preview_id)
-    except Exception:  # noqa: BLE001 - a broker outage must not undo or hide the counter-proposal
-        logger.warning("Could not publish the counter-proposal email for %s", preview_id, exc_info=True)
 
 
 def counter_reason(old: Preview, new: Preview) -> str:
@@ -97,7 +88,7 @@ def _counter_recorded(old: Preview, new: Preview, *, reviewer: User, digest: str
     """Supersede the old preview (pointing to the new one), and ask the customer again."""
     preview_end(old, PreviewStatus.SUPERSEDED, code=COUNTER_PROPOSED, reason=counter_reason(old, new))
     if new.status == PreviewStatus.AWAITING_CUSTOMER:
-        transaction.on_commit(partial(_publish_customer_email, str(new.pk)))
+        outbox_task(NOTIFY_COUNTER_PROPOSAL, str(new.pk))  # in this transaction; sent once it commits
     audit_record(
         event=AuditEvent.COUNTER_PROPOSED,
         preview=old,

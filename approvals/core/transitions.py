@@ -5,6 +5,10 @@ Listeners run after the transaction that made the change commits (never for a ro
 with the preview's id, its previous status and its new status (the same, when an executed preview's
 effect changed afterwards: preview_effect_changed). They must be quick and must not fail
 the caller: publish a Celery task and return.
+
+A listener registered with `outbox_kind` is one whose message must not be lost (an agent webhook): instead of
+a commit callback, the transition writes an outbox row of that kind in its own transaction (payload: the
+preview id and both statuses), and the kind's handler (approvals.core.outbox) does the listener's work.
 """
 
 from __future__ import annotations
@@ -17,13 +21,16 @@ from django.db import transaction
 
 logger = logging.getLogger(__name__)
 
-Listener = Callable[[str, str, str], None]
+Listener = Callable[[str, str, str], object]
 Interest = Callable[[Any], bool]
 _listeners: list[Listener] = []
 _interests: dict[Listener, Interest] = {}
+_outbox_kinds: dict[Listener, str] = {}
 
 
-def on_preview_transition(listener: Listener, *, interested: Interest | None = None) -> Listener:
+def on_preview_transition(
+    listener: Listener, *, interested: Interest | None = None, outbox_kind: str | None = None
+) -> Listener:
     """Register `listener(preview_id, previous_status, status)`; usable as a decorator (in an AppConfig.ready).
 
     `interested(preview)`, asked inside the transaction with the preview as the service holds it, may say
@@ -33,6 +40,8 @@ def on_preview_transition(listener: Listener, *, interested: Interest | None = N
         _listeners.append(listener)
     if interested is not None:
         _interests[listener] = interested
+    if outbox_kind is not None:
+        _outbox_kinds[listener] = outbox_kind
     return listener
 
 
@@ -65,6 +74,17 @@ def preview_effect_changed(preview: Any) -> None:
 
 
 def _notify_at_commit(listeners: list[Listener], preview_id: str, previous_status: str, status: str) -> None:
+    durable = [listener for listener in listeners if listener in _outbox_kinds]
+    if durable:
+        from approvals.core.outbox import outbox_write
+
+        payload = {"preview_id": preview_id, "previous_status": previous_status, "status": status}
+        for listener in durable:
+            outbox_write(_outbox_kinds[listener], payload)
+        listeners = [listener for listener in listeners if listener not in _outbox_kinds]
+        if not listeners:
+            return
+
     def notify() -> None:
         for listener in listeners:
             try:

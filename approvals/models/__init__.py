@@ -21,6 +21,7 @@ from approvals.models.audit import (
     AuditWitnessAnswer,
     CurrentTransactionId,
 )
+from approvals.models.outbox import OutboxMessage
 from approvals.models.passkeys import ApprovalSignature, Passkey, StepUpChallenge
 from approvals.models.previews import (
     AWAITING_STATUSES,
@@ -68,6 +69,7 @@ __all__ = [
     "ExecutionOutcome",
     "IdempotencyRecord",
     "OPEN_STATUSES",
+    "OutboxMessage",
     "Passkey",
     "Preview",
     "PreviewOrigin",

@@ -19,6 +19,8 @@ DELIVER_AUDIT_CHECKPOINT = "approvals.deliver_audit_checkpoint"
 COSIGN_AUDIT_CHECKPOINT = "approvals.cosign_audit_checkpoint"
 NOTIFY_REVIEWERS = "approvals.notify_reviewers"
 NOTIFY_PASSKEYS_REMOVED = "approvals.notify_passkeys_removed"
+DELIVER_OUTBOX = "approvals.deliver_outbox"
+SWEEP_OUTBOX = "approvals.sweep_outbox"
 
 
 def task_publish(name: str, *args: Any, **kwargs: Any) -> None:
@@ -29,3 +31,8 @@ def task_publish(name: str, *args: Any, **kwargs: Any) -> None:
 def task_publish_later(name: str, *, countdown: float) -> None:
     """Publish the task registered as `name` (one taking no arguments) to run `countdown` seconds from now."""
     current_app.tasks[name].apply_async(countdown=countdown)
+
+
+def task_publish_to(name: str, queue: str, *args: Any) -> None:
+    """Publish the task registered as `name` on `queue` (rather than its route's)."""
+    current_app.tasks[name].apply_async(args, queue=queue)

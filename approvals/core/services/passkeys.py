@@ -46,12 +46,13 @@ from webauthn.helpers.structs import (
 )
 
 from approvals.core.errors import ApplicationError, DecisionError, ErrorCode
+from approvals.core.outbox import outbox_task
 from approvals.core.passkey_challenge import NONCE_BYTES, SIGNATURE_FORMAT, step_up_challenge
 from approvals.core.rows import update_fields
 from approvals.core.services.audit import audit_record
 from approvals.core.stepup import step_up_band, step_up_words, webauthn_origins, webauthn_rp_id
 from approvals.models import Approval, ApprovalSignature, AuditEvent, Passkey, Preview, StepUpChallenge
-from approvals.operations.publish import NOTIFY_PASSKEYS_REMOVED, task_publish
+from approvals.operations.publish import NOTIFY_PASSKEYS_REMOVED
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -213,7 +214,7 @@ def passkeys_remove_for_lost_device(*, lead: User, person: User) -> list[Passkey
             )
         if removed:
             names = [passkey.name for passkey in removed]
-            transaction.on_commit(lambda: task_publish(NOTIFY_PASSKEYS_REMOVED, person.pk, lead.get_username(), names))
+            outbox_task(NOTIFY_PASSKEYS_REMOVED, person.pk, lead.get_username(), names)
     return removed
 
 
