@@ -15,6 +15,7 @@ from approvals.console.selectors.access import (
     reviewable_preview,
     reviewable_previews,
 )
+from approvals.console.selectors.customers import CustomerHistory, customer_history
 from approvals.console.selectors.queue import (
     AGE_LIMITS,
     ALL_STATES,
@@ -61,6 +62,7 @@ __all__ = [
     "AUDIT_EVERYTHING_PERMISSION",
     "AUDIT_EXPORT_FIELDS",
     "Attempt",
+    "CustomerHistory",
     "DEFAULT_QUEUE_STATE",
     "FailureRow",
     "QUEUE_PAGE_SIZE",
@@ -77,6 +79,7 @@ __all__ = [
     "auditable_records",
     "claim_of",
     "console_access",
+    "customer_history",
     "failed_executions",
     "is_auditor",
     "live_agent_sessions",

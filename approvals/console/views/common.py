@@ -97,6 +97,7 @@ def detail_page(
         "show_policy": preview.is_open or preview.status in (PreviewStatus.FAILED, PreviewStatus.NEEDS_ATTENTION),
         "own_proposal": preview.actor_id == request.user.pk,
         "attempts": selectors.preview_attempts(preview=preview),
+        "history": selectors.customer_history(preview=preview),
         "approve_form": ApproveForm(initial={"digest": preview.digest}),
         "reject_form": RejectForm(initial={"digest": preview.digest}),
         "processing": preview.status == PreviewStatus.APPROVED,
