@@ -189,3 +189,11 @@ class ClaimForm(forms.Form):
     )
     assignee = forms.IntegerField(required=False)
     next = forms.CharField(required=False, max_length=500)
+
+
+class InternalNoteForm(forms.Form):
+    body = forms.CharField(
+        label="Internal note (staff only; the customer and the agent never see it)",
+        max_length=4000,
+        widget=forms.Textarea(attrs={"rows": 3}),
+    )

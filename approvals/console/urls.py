@@ -16,6 +16,7 @@ urlpatterns = [
     path("previews/<uuid:preview_id>/claim", views.preview_claim_view, name="claim"),
     path("previews/<uuid:preview_id>/status", views.preview_status, name="preview_status"),
     path("previews/<uuid:preview_id>/counter", views.preview_counter_view, name="counter"),
+    path("previews/<uuid:preview_id>/notes", views.preview_note_view, name="note"),
     path("previews/<uuid:preview_id>/audit/", views.preview_audit, name="preview_audit"),
     path("previews/<uuid:preview_id>/receipt", views.preview_receipt_download, name="preview_receipt"),
     path("previews/<uuid:preview_id>/evidence", views.preview_evidence_download, name="preview_evidence"),

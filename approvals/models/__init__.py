@@ -36,6 +36,7 @@ from approvals.models.previews import (
     PreviewStatus,
 )
 from approvals.models.review import (
+    InternalNote,
     ReviewClaim,
     ReviewNotice,
     ReviewNoticeKind,
@@ -67,6 +68,7 @@ __all__ = [
     "Execution",
     "ExecutionOutcome",
     "IdempotencyRecord",
+    "InternalNote",
     "OPEN_STATUSES",
     "Passkey",
     "Preview",

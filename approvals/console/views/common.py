@@ -18,6 +18,7 @@ from approvals.console import selectors
 from approvals.console.forms import (
     ApproveForm,
     CounterProposalForm,
+    InternalNoteForm,
     RejectForm,
 )
 from approvals.core.presentation import customer_note, preview_state_key
@@ -98,6 +99,8 @@ def detail_page(
         "own_proposal": preview.actor_id == request.user.pk,
         "attempts": selectors.preview_attempts(preview=preview),
         "history": selectors.customer_history(preview=preview),
+        "internal_notes": preview.internal_notes.select_related("author"),
+        "note_form": extra.pop("note_form", None) or InternalNoteForm(),
         "approve_form": ApproveForm(initial={"digest": preview.digest}),
         "reject_form": RejectForm(initial={"digest": preview.digest}),
         "processing": preview.status == PreviewStatus.APPROVED,
