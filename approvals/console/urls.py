@@ -25,6 +25,7 @@ urlpatterns = [
     path("subjects/<slug:subject_type>/audit/", views.subject_audit, name="subject_audit"),
     path("agent-sessions/", views.agent_sessions, name="agent_sessions"),
     path("agent-sessions/<int:session_id>/revoke", views.agent_session_revoke, name="agent_session_revoke"),
+    path("events/", views.event_log, name="events"),
     path("audit/", views.audit_log, name="audit"),
     path("audit/export", views.audit_export, name="audit_export"),
     path("slack/", slack_views.slack_link, name="slack_link"),

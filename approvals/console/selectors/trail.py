@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -149,3 +150,49 @@ def webhook_deliveries_in_scope(*, user: User, limit: int = 50) -> list[WebhookD
 def assignable_reviewers(*, preview: Preview) -> QuerySet[Any]:
     """Active staff who may decide this preview (never its proposer), for the assign menu."""
     return reviewers(preview.action).exclude(pk=preview.actor_id)
+
+
+# The event log -------------------------------------------------------------------------------
+
+EVENT_LOG_PAGE_SIZE = 50
+
+
+@dataclass(frozen=True)
+class EventFilters:
+    action: str = ""
+    event: str = ""
+    preview_id: Any = None
+    actor: str = ""  # a username, exactly
+    start: datetime | None = None
+    end: datetime | None = None  # not included
+
+
+@dataclass(frozen=True)
+class EventPage:
+    records: list[AuditRecord]
+    older_than: int | None  # the keyset of the next (older) page, None on the last one
+
+
+def event_log(*, user: User, filters: EventFilters, before: int | None = None, size: int | None = None) -> EventPage:
+    """The audit records `user` may read (auditable_records), newest first, filtered, one page at a time.
+    Pages are keyset (`id < before`), not OFFSET: a page deep in a long log costs what the first does,
+    and records appended meanwhile do not shift the pages being read."""
+    size = size or EVENT_LOG_PAGE_SIZE
+    records = auditable_records(user=user)
+    if filters.action:
+        records = records.filter(Q(action=filters.action) | Q(preview__action=filters.action))
+    if filters.event:
+        records = records.filter(event=filters.event)
+    if filters.preview_id is not None:
+        records = records.filter(preview_id=filters.preview_id)
+    if filters.actor:
+        records = records.filter(actor__username=filters.actor)
+    if filters.start is not None:
+        records = records.filter(created_at__gte=filters.start)
+    if filters.end is not None:
+        records = records.filter(created_at__lt=filters.end)
+    if before is not None:
+        records = records.filter(id__lt=before)
+    page = list(records.select_related("actor", "agent_session", "preview").order_by("-id")[: size + 1])
+    older = page[size - 1].pk if len(page) > size else None
+    return EventPage(records=page[:size], older_than=older)

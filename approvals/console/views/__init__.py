@@ -30,6 +30,7 @@ from approvals.console.views.sessions import (
 from approvals.console.views.trail import (
     audit_export,
     audit_log,
+    event_log,
     preview_audit,
     preview_evidence_download,
     preview_receipt_download,
@@ -43,6 +44,7 @@ __all__ = [
     "audit_log",
     "auditor_required",
     "bulk_decide",
+    "event_log",
     "failures",
     "preview_approve_view",
     "preview_audit",
