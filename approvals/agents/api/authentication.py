@@ -8,7 +8,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
-from approvals.core.services import agent_token_hash
+from approvals.core.services import agent_session_used, agent_token_hash
 from approvals.models import AgentSession
 from approvals.operations import logs
 
@@ -54,6 +54,7 @@ class AgentTokenAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed("This agent session expired.")
         if not session.user.is_active:
             raise exceptions.AuthenticationFailed("Invalid token.")
+        agent_session_used(session)
         logs.bind(agent_session=session.pk)
         return session.user, session
 

@@ -9,11 +9,12 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.db import connection
-from django.db.models import Q, QuerySet
+from django.db.models import F, Q, QuerySet, Window
+from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from approvals.console.review_messages import reviewers
-from approvals.console.selectors.access import is_auditor, reviewable_actions
+from approvals.console.selectors.access import is_auditor, reviewable_actions, reviewable_previews
 from approvals.models import (
     AgentSession,
     AuditRecord,
@@ -136,6 +137,29 @@ def may_revoke_agent_session(*, user: User, session: AgentSession) -> bool:
     """A session in scope (agent_sessions_in_scope) may be revoked by any of its reviewers, unless it
     is a staff member's: those only by the auditor."""
     return is_auditor(user=user) or not session.user.is_staff
+
+
+SESSION_PREVIEWS_SHOWN = 5  # per session on the sessions page; its own page lists them all
+
+
+def agent_session_previews(*, user: User, sessions: list[AgentSession]) -> dict[int, list[Preview]]:
+    """The latest previews (SESSION_PREVIEWS_SHOWN) each session proposed that this staff member may
+    review, by session id, newest first, in one query (a row number per session)."""
+    latest = Window(
+        RowNumber(), partition_by=[F("agent_session_id")], order_by=[F("created_at").desc(), F("pk").desc()]
+    )
+    previews = (
+        reviewable_previews(user=user)
+        .filter(agent_session__in=[s.pk for s in sessions])
+        .annotate(place=latest)
+        .filter(place__lte=SESSION_PREVIEWS_SHOWN)
+        .select_related("actor")
+        .order_by("agent_session_id", "place")
+    )
+    found: dict[int, list[Preview]] = {s.pk: [] for s in sessions}
+    for preview in previews:
+        found[preview.agent_session_id].append(preview)
+    return found
 
 
 def webhook_deliveries_in_scope(*, user: User, limit: int = 50) -> list[WebhookDelivery]:
