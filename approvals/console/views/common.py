@@ -91,6 +91,9 @@ def detail_page(
         "my_counter": can_decide
         and preview.origin == PreviewOrigin.COUNTER_PROPOSAL
         and preview.proposed_by_id == request.user.pk,
+        "my_proposal": can_decide
+        and preview.origin in (PreviewOrigin.STAFF_PROPOSAL, PreviewOrigin.STAFF_REPROPOSAL)
+        and preview.proposed_by_id == request.user.pk,
         "counter_form": extra.pop("counter_form", None)
         or CounterProposalForm(initial={"digest": preview.digest}, counter_fields=review.counter_fields),
         "reviewers": selectors.assignable_reviewers(preview=preview) if can_decide else [],
