@@ -36,7 +36,7 @@ def test_the_customers_earlier_refunds_across_orders_are_counted_totalled_and_li
 
     history = section(html, "history-title")
     assert "Earlier refunds of alice" in history
-    assert "2 earlier refunds across all their orders, €25.00 and ¥500 in total." in history
+    assert "Across all their orders: 2, €25.00 and ¥500 in total." in history
     assert f'href="/console/previews/{first.pk}/"' in html and f'href="/console/previews/{second.pk}/"' in html
     assert "o-78" in history and "o-jp" in history
     assert "o-failed" not in history and "€30.00" not in history  # the bank failed it: the money came back
