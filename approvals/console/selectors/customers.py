@@ -31,7 +31,7 @@ def customer_history(*, preview: Preview) -> CustomerHistory | None:
     totalled per currency here, the engine's part: None for an action that keeps no history."""
     action = registry.action(preview.action)
     earlier = action.customer_history(preview) if action else None
-    if earlier is None:
+    if action is None or earlier is None:
         return None
     per_currency = (
         earlier.exclude(currency__isnull=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -142,7 +142,7 @@ def may_revoke_agent_session(*, user: User, session: AgentSession) -> bool:
 SESSION_PREVIEWS_SHOWN = 5  # per session on the sessions page; its own page lists them all
 
 
-def agent_session_previews(*, user: User, sessions: list[AgentSession]) -> dict[int, list[Preview]]:
+def agent_session_previews(*, user: User, sessions: Sequence[AgentSession]) -> dict[Any, list[Preview]]:
     """The latest previews (SESSION_PREVIEWS_SHOWN) each session proposed that this staff member may
     review, by session id, newest first, in one query (a row number per session)."""
     latest = Window(
@@ -156,7 +156,7 @@ def agent_session_previews(*, user: User, sessions: list[AgentSession]) -> dict[
         .select_related("actor")
         .order_by("agent_session_id", "place")
     )
-    found: dict[int, list[Preview]] = {s.pk: [] for s in sessions}
+    found: dict[Any, list[Preview]] = {s.pk: [] for s in sessions}
     for preview in previews:
         found[preview.agent_session_id].append(preview)
     return found
