@@ -16,7 +16,9 @@ then its previews carry an amount, the quorum and the console's amount column ap
 `idempotent_effect`, `can_look_up_effect`, `effect_performer` (who makes the effect, in the engine's
 words: "the payment provider"), `effect_reference(effect)` (how people find it: "reference re_1") and
 `provider_evidence(preview)` (the outside world's references and events for a preview's evidence
-bundle, a `ProviderEvidence`; None by default).
+bundle, a `ProviderEvidence`; None by default), `customer_history(preview)` with `history_noun` (the
+person's earlier previews that took effect, as a queryset: the console's detail page counts, totals
+and lists them; None by default shows none).
 
 **The subject.** The action names the row it acts on: `subject_model`, `subject_type`,
 `subject_id_field` (the id people see), `subject_owner_field`, `subject_version_field`, and its refusal
@@ -57,7 +59,8 @@ transaction). `preview_effect_changed(preview)` says the outside world changed a
 effect (a refund the bank failed afterwards), so the preview's pages and webhooks follow.
 `proposal_admit(...)` proposes on a person's behalf (staff proposing again what the bank failed,
 `origin=PreviewOrigin.STAFF_REPROPOSAL`), through the one admission path every preview takes: the
-same policy, limits, quorum and confirmation as an agent's proposal, with its proposer recorded.
+same policy, limits, quorum and confirmation as an agent's proposal, with its proposer recorded
+(`PreviewOrigin.STAFF_PROPOSAL` for a refund staff propose from the console themselves).
 
 **Helpers.** Money: `format_minor(amount_minor, currency)` for people, `parse_major(text, currency)`
 from a form, `example_major(currency)` and `decimals_words(currency)` for its hint (`49.90`, `4990`),

@@ -26,7 +26,9 @@ if "SECRET_KEY" not in os.environ and DEMO_ENV_FILE.is_file():
 # The demo's values are used only when asked for: a deployment that forgot its variables must not
 # run with DEBUG's URL listings and a key everyone can read in this file.
 DEMO = env.bool("DEMO", default=False)
-DEBUG = env.bool("DEBUG", default=DEMO)
+# Off in the demo too: it shows the app's own 404 and 500 pages, as a deployment does (DEBUG=true asks
+# for Django's debug pages while developing).
+DEBUG = env.bool("DEBUG", default=False)
 SECRET_KEY = env.str("SECRET_KEY", default="")
 if not SECRET_KEY:
     if not (DEMO or DEBUG):
@@ -130,6 +132,10 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 STATICFILES_DIRS = [BASE_DIR / "static"]
+# WhiteNoise serves every asset. A deployment serves them collected (`collectstatic`, STATIC_ROOT); the
+# demo and development straight from the app's folders, with no collect step and DEBUG off or on.
+WHITENOISE_USE_FINDERS = env.bool("WHITENOISE_USE_FINDERS", default=DEMO or DEBUG)
+WHITENOISE_AUTOREFRESH = WHITENOISE_USE_FINDERS
 
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
@@ -402,8 +408,8 @@ LOGIN_PAUSE_CLEAN_ADDRESS_TRIES = env.int("LOGIN_PAUSE_CLEAN_ADDRESS_TRIES", def
 # append the address they saw to CLIENT_IP_HEADER (the Django META name of the header).
 TRUSTED_PROXY_COUNT = env.int("TRUSTED_PROXY_COUNT", default=0)
 CLIENT_IP_HEADER = env.str("CLIENT_IP_HEADER", default="HTTP_X_FORWARDED_FOR")
-# The Django admin (read-only for the gateway's records) is served only when asked for, or in DEBUG.
-ADMIN_ENABLED = env.bool("ADMIN_ENABLED", default=DEBUG)
+# The Django admin (read-only for the gateway's records) is served only when asked for, or in DEBUG or the demo.
+ADMIN_ENABLED = env.bool("ADMIN_ENABLED", default=DEBUG or DEMO)
 
 HTTPS = env.bool("HTTPS", default=False)
 SESSION_COOKIE_HTTPONLY = True

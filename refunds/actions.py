@@ -357,6 +357,17 @@ class RefundOrderAction(Action):
             )
         ]
 
+    history_noun = "refunds"
+
+    def customer_history(self, preview: Preview) -> Any:
+        """The customer's refunds paid before, on any of their orders; one the bank failed or cancelled
+        afterwards is not among them (its money came back)."""
+        return (
+            Preview.objects.filter(action=self.name, actor_id=preview.actor_id, status=PreviewStatus.EXECUTED)
+            .exclude(pk=preview.pk)
+            .exclude(pk__in=self.spending_reversed())
+        )
+
     def risk_flags_many(self, previews: list[Preview]) -> dict[Any, list[RiskFlag]]:
         customers = {p.actor_id for p in previews}
         refunded_before = set(

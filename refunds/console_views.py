@@ -15,12 +15,13 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from approvals.plugin import ApplicationError
+from approvals.plugin import ApplicationError, example_major, format_minor, parse_major
 
-from .models import DEAD_REFUND_STATUSES, Drift, Refund, RefundStatus
+from .actions import REASON_WORDS
+from .models import DEAD_REFUND_STATUSES, Drift, Order, Refund, RefundStatus
 from .permissions import may_see_payments
 from .reconciliation import drift_acknowledge, open_drifts, reconcile_run
-from .services import refund_propose_again
+from .services import refund_propose_again, refund_propose_by_staff
 
 View = Callable[..., HttpResponse]
 
@@ -113,3 +114,55 @@ def refund_propose_again_view(request: HttpRequest, refund_id: int) -> HttpRespo
             )
             return redirect("console:preview", preview_id=preview.pk)
     return redirect("payments_console:reconciliation")
+
+
+class NewRefundForm(forms.Form):
+    order = forms.CharField(label="Order number", max_length=64, help_text="As the customer sees it, e.g. o-12.")
+    amount = forms.CharField(
+        label="Amount to refund", max_length=32, help_text="In the order's currency, e.g. 12.50 (¥: 500)."
+    )
+    reason = forms.ChoiceField(label="Reason", choices=list(REASON_WORDS.items()))
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        number, amount = data.get("order"), data.get("amount")
+        if not number or not amount:
+            return data
+        order = Order.objects.filter(number=number).first()
+        if order is None:
+            self.add_error("order", "There is no order with this number.")
+            return data
+        try:
+            data["amount_minor"] = parse_major(amount, order.currency)
+        except ValueError as error:
+            self.add_error("amount", f"{error} For {order.currency}, write e.g. {example_major(order.currency)}.")
+        data["order_row"] = order
+        return data
+
+
+@payments_staff_required
+def new_refund(request: HttpRequest) -> HttpResponse:
+    """Staff propose a refund for a customer's order themselves (the customer called): through the one
+    admission path, as their own proposal, so that another staff member decides it if staff must."""
+    if request.method == "POST":
+        form = NewRefundForm(request.POST)
+        if form.is_valid():
+            data = form.cleaned_data
+            outcome = refund_propose_by_staff(
+                order_number=data["order"], amount_minor=data["amount_minor"], reason=data["reason"], staff=request.user
+            )
+            if outcome.kind != "refused":
+                order = data["order_row"]
+                amount = format_minor(data["amount_minor"], order.currency)
+                messages.success(
+                    request,
+                    f"Proposed a refund of {amount} on order {order.number} for {order.customer.get_username()}: "
+                    "the customer must confirm it, and you cannot approve it yourself.",
+                )
+                return redirect("console:preview", preview_id=outcome.preview.pk)
+            form.add_error(None, f"The refund was refused: {outcome.refusal.message}")
+        status = 400 if not form.non_field_errors() else 422
+        return render(request, "console/new_refund.html", {"nav": "payments", "form": form}, status=status)
+    if request.method != "GET":
+        return HttpResponse(status=405, headers={"Allow": "GET, POST"})
+    return render(request, "console/new_refund.html", {"nav": "payments", "form": NewRefundForm()})

@@ -281,3 +281,26 @@ def refund_propose_again(*, refund_pk: int, staff: Any) -> Any:
             },
         )
     return outcome
+
+
+def refund_propose_by_staff(*, order_number: str, amount_minor: int, reason: str, staff: Any) -> Any:
+    """Staff propose a refund themselves (a customer on the phone): the customer's order, an amount and
+    a reason, through the engine's one admission path as for an agent (the policy against the order,
+    what remains refundable, the spending limits, the quorum), for the order's customer, recorded as
+    `staff`'s proposal (origin `staff_proposal`), so `staff` cannot approve it: the customer confirms
+    and, above the threshold, another staff member approves. Raises Order.DoesNotExist for no such
+    order. Returns the engine's ProposalOutcome; the admission audits either outcome with `staff` as
+    its proposer (`proposed` or `proposal_refused`, origin `staff_proposal`)."""
+    from approvals.plugin import PreviewOrigin, proposal_admit, registry
+
+    order = Order.objects.select_related("customer").get(number=order_number)
+    arguments = {"order_id": order.number, "amount_minor": amount_minor, "reason": reason}
+    with transaction.atomic():  # the admission runs in its caller's transaction
+        return proposal_admit(
+            action=registry.actions["refund_order"],
+            arguments=arguments,
+            raw_arguments=json.dumps(arguments, sort_keys=True),
+            origin=PreviewOrigin.STAFF_PROPOSAL,
+            actor=order.customer,
+            proposed_by=staff,
+        )

@@ -43,7 +43,7 @@ def test_a_key_alone_is_production_debug_stays_off():
 
 @pytest.mark.parametrize(
     ("extra", "expected"),
-    [({"DEMO": "1"}, "True"), ({"DEBUG": "true"}, "True"), ({"DEMO": "1", "DEBUG": "false"}, "False")],
+    [({"DEMO": "1"}, "False"), ({"DEBUG": "true"}, "True"), ({"DEMO": "1", "DEBUG": "true"}, "True")],
 )
 def test_the_demo_values_only_when_asked_for(extra, expected):
     result = _python(SHOW, **extra)
@@ -63,6 +63,27 @@ def test_the_production_404_lists_no_url_patterns():
     assert result.stdout.split() == ["404", "False", "False"], result.stderr
 
 
+def test_the_demo_runs_with_debug_off_its_own_404_and_its_assets_served():
+    """The demo (DEMO=1, as .demo.env sets) shows the app's 404, never Django's debug page, and still
+    serves its stylesheet and favicon (WhiteNoise, from the app's folders, no collect step)."""
+    code = textwrap.dedent("""
+        import django; django.setup()
+        from django.conf import settings
+        from django.test import Client
+        from django.test.utils import setup_test_environment
+        setup_test_environment(debug=False)
+        client = Client()
+        missing = client.get("/no-such-page/")
+        body = missing.content.decode()
+        css = client.get("/static/css/app.css")
+        icon = client.get("/favicon.ico", follow=True)
+        print(settings.DEBUG, missing.status_code, "Page not found" in body, "URLconf" in body,
+              css.status_code, icon.status_code, icon.get("Content-Type"))
+    """)
+    result = _python(code, DEMO="1")
+    assert result.stdout.split() == ["False", "404", "True", "False", "200", "200", "image/x-icon"], result.stderr
+
+
 def test_make_run_asks_for_the_demo_explicitly(tmp_path):
     makefile = (ROOT / "Makefile").read_text()
     assert "run: $(STAMP) .demo.env" in makefile
@@ -77,7 +98,7 @@ def test_the_demo_file_is_read_without_a_key_and_ignored_with_one(tmp_path):
     demo_file = tmp_path / ".demo.env"
     demo_file.write_text("DEMO=1\n")
     result = _python(SHOW, DEMO_ENV_FILE=str(demo_file))
-    assert result.stdout.split() == ["True", "insecure"], result.stderr
+    assert result.stdout.split() == ["False", "insecure"], result.stderr
     result = _python(SHOW, DEMO_ENV_FILE=str(demo_file), SECRET_KEY="a-long-random-production-value-" + "x" * 40)
     assert result.stdout.split() == ["False", "a-long-r"], result.stderr
 

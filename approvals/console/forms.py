@@ -13,7 +13,7 @@ from django.utils import timezone
 from approvals.console.review_work import BulkItem
 from approvals.console.selectors import ALL_STATES, DEFAULT_QUEUE_STATE, QueueFilters
 from approvals.core.registry import CounterField
-from approvals.models import PreviewStatus
+from approvals.models import AuditEvent, PreviewStatus
 
 AGE_CHOICES = [
     ("", "Any age"),
@@ -120,6 +120,32 @@ class AuditExportForm(forms.Form):
         return {"start": now - timedelta(days=1), "end": now + timedelta(minutes=1), "format": "csv"}
 
 
+class EventLogForm(forms.Form):
+    """The event log's filters (a GET form): every field optional; `before` is the keyset of a page."""
+
+    action = forms.ChoiceField(label="Action kind", required=False)
+    event = forms.ChoiceField(
+        label="Event", required=False, choices=[("", "Any event"), *[(e.value, e.value) for e in AuditEvent]]
+    )
+    preview = forms.UUIDField(label="Preview id", required=False)
+    actor = forms.CharField(label="Actor (username)", required=False, max_length=150, strip=True)
+    start = forms.DateTimeField(label="From", required=False, widget=DateTimeLocalInput())
+    end = forms.DateTimeField(label="Until (not included)", required=False, widget=DateTimeLocalInput())
+    before = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput())
+
+    def __init__(self, *args: Any, actions: list[str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        cast(forms.ChoiceField, self.fields["action"]).choices = [("", "Any kind"), *[(a, a) for a in actions]]
+
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        data = self.cleaned_data
+        start, end = data.get("start"), data.get("end")
+        if start and end and end <= start:
+            raise forms.ValidationError("The end must be after the start.")
+        return data
+
+
 class BulkDecisionForm(forms.Form):
     """Bulk approve or reject: each checked preview carries `id:digest:subject version` as the page showed it."""
 
@@ -189,3 +215,11 @@ class ClaimForm(forms.Form):
     )
     assignee = forms.IntegerField(required=False)
     next = forms.CharField(required=False, max_length=500)
+
+
+class InternalNoteForm(forms.Form):
+    body = forms.CharField(
+        label="Internal note (staff only; the customer and the agent never see it)",
+        max_length=4000,
+        widget=forms.Textarea(attrs={"rows": 3}),
+    )

@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
+from approvals.core.digests import digest_of
 from approvals.core.errors import DecisionError, ErrorCode
 from approvals.core.locks import preview_lock
 from approvals.core.services import Decision, audit_record, may_manage_claims, may_review, preview_decide
-from approvals.models import ApprovalRole, AuditEvent, Preview, PreviewStatus, ReviewClaim
+from approvals.models import ApprovalRole, AuditEvent, InternalNote, Preview, PreviewStatus, ReviewClaim
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -86,6 +87,31 @@ def preview_release(*, preview: Preview, reviewer: User) -> bool:
             event=AuditEvent.REVIEW_RELEASED, preview=preview, actor=reviewer, result={"was_claimed_by": holder}
         )
     return True
+
+
+# Internal notes ----------------------------------------------------------------------------------
+
+
+def preview_note_add(*, preview: Preview, author: User, body: str) -> InternalNote:
+    """Staff write a note on a preview for each other, in any state. The audit records who wrote it
+    and the digest of its words, not the words: the audit trail goes into receipts and evidence
+    bundles that leave the company, and the note is for staff only."""
+    body = body.strip()
+    if not body:
+        raise ValueError("An internal note needs words.")
+    if not may_review(author, preview):
+        raise DecisionError(
+            f"{author.get_username()} may not review this kind of action.", code=ErrorCode.NOT_A_REVIEWER
+        )
+    with transaction.atomic():
+        note = InternalNote.objects.create(preview=preview, author=author, body=body)
+        audit_record(
+            event=AuditEvent.INTERNAL_NOTE_ADDED,
+            preview=preview,
+            actor=author,
+            result={"note_id": note.pk, "body_digest": digest_of(body), "length": len(body)},
+        )
+    return note
 
 
 # Bulk decisions ----------------------------------------------------------------------------------

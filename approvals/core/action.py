@@ -274,6 +274,16 @@ class Action(ABC):
         """Verified history of the subject, e.g. earlier refunds on the same order."""
         return []
 
+    #: What the customer's history on the console's detail page calls this action's earlier previews
+    #: ("refunds"); the history is shown only for an action that returns one from `customer_history`.
+    history_noun: ClassVar[str] = "previews"
+
+    def customer_history(self, preview: Preview) -> QuerySet[Preview] | None:
+        """The same person's earlier previews of this action that took effect and still stand (across
+        subjects), for the detail page's customer history: their count, total and list come from the
+        engine. None (the default) shows no history."""
+        return None
+
     def review_document(self, preview: Preview) -> ReviewDocument | None:
         """The document exactly as it will be sent, rendered now from the subject; None if none."""
         return None

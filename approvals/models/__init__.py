@@ -37,6 +37,7 @@ from approvals.models.previews import (
     PreviewStatus,
 )
 from approvals.models.review import (
+    InternalNote,
     ReviewClaim,
     ReviewNotice,
     ReviewNoticeKind,
@@ -68,6 +69,7 @@ __all__ = [
     "Execution",
     "ExecutionOutcome",
     "IdempotencyRecord",
+    "InternalNote",
     "OPEN_STATUSES",
     "OutboxMessage",
     "Passkey",

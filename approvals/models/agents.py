@@ -15,6 +15,8 @@ class AgentSession(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField()
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # When its token last authenticated, to the minute (approvals.core.services.sessions.agent_session_used).
+    last_used_at = models.DateTimeField(null=True, blank=True)
     # A CharField: approvals.agents.webhooks.webhook_url_check is what decides which URLs are taken.
     webhook_url = models.CharField(
         max_length=2000, blank=True, help_text="Where each preview transition is posted (Standard Webhooks)."

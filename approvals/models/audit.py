@@ -54,6 +54,7 @@ class AuditEvent(models.TextChoices):
     SHOP_API_CALL = "shop_api_call"
     PASSKEY_REGISTERED = "passkey_registered"
     PASSKEY_REMOVED = "passkey_removed"
+    INTERNAL_NOTE_ADDED = "internal_note_added"
 
 
 class CurrentTransactionId(models.Func):

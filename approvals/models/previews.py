@@ -45,6 +45,7 @@ class PreviewOrigin(models.TextChoices):
     AGENT = "agent", "Proposed by an agent"
     COUNTER_PROPOSAL = "counter_proposal", "Reviewer's counter-proposal"
     STAFF_REPROPOSAL = "staff_reproposal", "Staff re-proposal"
+    STAFF_PROPOSAL = "staff_proposal", "Staff proposal"
 
 
 class Preview(models.Model):

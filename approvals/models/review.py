@@ -49,6 +49,24 @@ class ReviewClaim(models.Model):
         return f"{self.preview_id} claimed by {self.claimed_by}"
 
 
+class InternalNote(models.Model):
+    """A note staff keep on a preview for each other. Never shown to the customer nor to the agent (a
+    rejection's note is what the customer reads); the audit log records that it was written and its
+    digest, not its words."""
+
+    preview = models.ForeignKey(Preview, on_delete=models.PROTECT, related_name="internal_notes")
+    author = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    body = models.TextField(max_length=4000)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "pk"]
+        constraints = [models.CheckConstraint(condition=~models.Q(body=""), name="internal_note_not_empty")]
+
+    def __str__(self) -> str:
+        return f"Note by {self.author} on {self.preview_id}"
+
+
 class SlackReviewMessage(models.Model):
     """The Slack message that shows a preview in the review channel (approvals.console.slack): where it
     is, so that every later change of the preview replaces it (chat.update) and no stale button stays.

@@ -142,6 +142,8 @@ def record_sentence(record: Any) -> str:
     if event == AuditEvent.PROPOSED:
         waits = WAITS_FOR.get(str(result.get("status", "")), "its next step")
         replaced = result.get("replaces_preview") or result.get("counter_proposal_of")
+        if result.get("origin") == "staff_proposal":
+            return f"{who} proposed it from the console for the customer; it waits for {waits}."
         if result.get("origin") == "staff_reproposal":
             return f"{who} proposed it again in place of {replaced}, which the bank failed; it waits for {waits}."
         if replaced:

@@ -11,7 +11,7 @@ from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
 from approvals.agents.oauth.sessions import OAuthTokenInvalid, oauth_access_token_session
-from approvals.core.services import agent_token_hash
+from approvals.core.services import agent_session_used, agent_token_hash
 from approvals.models import AgentSession
 from approvals.operations import logs
 
@@ -63,6 +63,7 @@ class AgentTokenAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed("This agent session expired.")
         if not session.user.is_active:
             raise exceptions.AuthenticationFailed("Invalid token.")
+        agent_session_used(session)
         logs.bind(agent_session=session.pk)
         return session.user, session
 

@@ -228,10 +228,10 @@ def _preview_serializer(name: str, action: Action) -> serializers.Serializer:
             "executed": serializers.BooleanField(help_text="True only once the worker executed it."),
             "origin": serializers.ChoiceField(
                 choices=PreviewOrigin.choices,
-                help_text="How it came to exist: an agent's proposal, or staff's counter- or re-proposal.",
+                help_text="How it came to exist: an agent's proposal, or staff's counter-, re- or own proposal.",
             ),
             "proposed_by": serializers.CharField(
-                required=False, help_text="The staff member who proposed it (counter- and re-proposals only)."
+                required=False, help_text="The staff member who proposed it (staff proposals only)."
             ),
             "outcome": outcome_field(),
             "result": ObjectField(required=False, help_text="What the executor reported (executed only)."),

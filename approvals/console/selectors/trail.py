@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.db import connection
-from django.db.models import Q, QuerySet
+from django.db.models import F, Q, QuerySet, Window
+from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from approvals.console.review_messages import reviewers
-from approvals.console.selectors.access import is_auditor, reviewable_actions
+from approvals.console.selectors.access import is_auditor, reviewable_actions, reviewable_previews
 from approvals.models import (
     AgentSession,
     AuditRecord,
@@ -137,6 +139,29 @@ def may_revoke_agent_session(*, user: User, session: AgentSession) -> bool:
     return is_auditor(user=user) or not session.user.is_staff
 
 
+SESSION_PREVIEWS_SHOWN = 5  # per session on the sessions page; its own page lists them all
+
+
+def agent_session_previews(*, user: User, sessions: Sequence[AgentSession]) -> dict[Any, list[Preview]]:
+    """The latest previews (SESSION_PREVIEWS_SHOWN) each session proposed that this staff member may
+    review, by session id, newest first, in one query (a row number per session)."""
+    latest = Window(
+        RowNumber(), partition_by=[F("agent_session_id")], order_by=[F("created_at").desc(), F("pk").desc()]
+    )
+    previews = (
+        reviewable_previews(user=user)
+        .filter(agent_session__in=[s.pk for s in sessions])
+        .annotate(place=latest)
+        .filter(place__lte=SESSION_PREVIEWS_SHOWN)
+        .select_related("actor")
+        .order_by("agent_session_id", "place")
+    )
+    found: dict[Any, list[Preview]] = {s.pk: [] for s in sessions}
+    for preview in previews:
+        found[preview.agent_session_id].append(preview)
+    return found
+
+
 def webhook_deliveries_in_scope(*, user: User, limit: int = 50) -> list[WebhookDelivery]:
     """The latest webhook deliveries of the sessions this staff member sees, newest first."""
     return list(
@@ -149,3 +174,49 @@ def webhook_deliveries_in_scope(*, user: User, limit: int = 50) -> list[WebhookD
 def assignable_reviewers(*, preview: Preview) -> QuerySet[Any]:
     """Active staff who may decide this preview (never its proposer), for the assign menu."""
     return reviewers(preview.action).exclude(pk=preview.actor_id)
+
+
+# The event log -------------------------------------------------------------------------------
+
+EVENT_LOG_PAGE_SIZE = 50
+
+
+@dataclass(frozen=True)
+class EventFilters:
+    action: str = ""
+    event: str = ""
+    preview_id: Any = None
+    actor: str = ""  # a username, exactly
+    start: datetime | None = None
+    end: datetime | None = None  # not included
+
+
+@dataclass(frozen=True)
+class EventPage:
+    records: list[AuditRecord]
+    older_than: int | None  # the keyset of the next (older) page, None on the last one
+
+
+def event_log(*, user: User, filters: EventFilters, before: int | None = None, size: int | None = None) -> EventPage:
+    """The audit records `user` may read (auditable_records), newest first, filtered, one page at a time.
+    Pages are keyset (`id < before`), not OFFSET: a page deep in a long log costs what the first does,
+    and records appended meanwhile do not shift the pages being read."""
+    size = size or EVENT_LOG_PAGE_SIZE
+    records = auditable_records(user=user)
+    if filters.action:
+        records = records.filter(Q(action=filters.action) | Q(preview__action=filters.action))
+    if filters.event:
+        records = records.filter(event=filters.event)
+    if filters.preview_id is not None:
+        records = records.filter(preview_id=filters.preview_id)
+    if filters.actor:
+        records = records.filter(actor__username=filters.actor)
+    if filters.start is not None:
+        records = records.filter(created_at__gte=filters.start)
+    if filters.end is not None:
+        records = records.filter(created_at__lt=filters.end)
+    if before is not None:
+        records = records.filter(id__lt=before)
+    page = list(records.select_related("actor", "agent_session", "preview").order_by("-id")[: size + 1])
+    older = page[size - 1].pk if len(page) > size else None
+    return EventPage(records=page[:size], older_than=older)

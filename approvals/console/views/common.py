@@ -18,6 +18,7 @@ from approvals.console import selectors
 from approvals.console.forms import (
     ApproveForm,
     CounterProposalForm,
+    InternalNoteForm,
     RejectForm,
 )
 from approvals.core.presentation import customer_note, preview_state_key
@@ -90,6 +91,9 @@ def detail_page(
         "my_counter": can_decide
         and preview.origin == PreviewOrigin.COUNTER_PROPOSAL
         and preview.proposed_by_id == request.user.pk,
+        "my_proposal": can_decide
+        and preview.origin in (PreviewOrigin.STAFF_PROPOSAL, PreviewOrigin.STAFF_REPROPOSAL)
+        and preview.proposed_by_id == request.user.pk,
         "counter_form": extra.pop("counter_form", None)
         or CounterProposalForm(initial={"digest": preview.digest}, counter_fields=review.counter_fields),
         "reviewers": selectors.assignable_reviewers(preview=preview) if can_decide else [],
@@ -97,6 +101,9 @@ def detail_page(
         "show_policy": preview.is_open or preview.status in (PreviewStatus.FAILED, PreviewStatus.NEEDS_ATTENTION),
         "own_proposal": preview.actor_id == request.user.pk,
         "attempts": selectors.preview_attempts(preview=preview),
+        "history": selectors.customer_history(preview=preview),
+        "internal_notes": preview.internal_notes.select_related("author"),
+        "note_form": extra.pop("note_form", None) or InternalNoteForm(),
         "approve_form": ApproveForm(initial={"digest": preview.digest}),
         "reject_form": RejectForm(initial={"digest": preview.digest}),
         "processing": preview.status == PreviewStatus.APPROVED,

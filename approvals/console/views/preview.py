@@ -11,6 +11,7 @@ from csp.decorators import csp_replace, csp_update
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import translation
 from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.http import require_GET, require_POST
@@ -19,8 +20,10 @@ from approvals.console import selectors
 from approvals.console.forms import (
     ApproveForm,
     CounterProposalForm,
+    InternalNoteForm,
     RejectForm,
 )
+from approvals.console.review_work import preview_note_add
 from approvals.console.views.common import (
     detail_page,
     preview_or_404,
@@ -162,6 +165,23 @@ def preview_retry_view(request: AuthenticatedHttpRequest, preview_id: Any) -> Ht
         request, "Handed to the worker with the same preview and idempotency key; the status below is the real one."
     )
     return redirect("console:preview", preview_id=preview.pk)
+
+
+@reviewer_required
+@require_POST
+def preview_note_view(request: AuthenticatedHttpRequest, preview_id: Any) -> HttpResponse:
+    """An internal note for staff; the customer and the agent never see it."""
+    preview = preview_or_404(request, preview_id)
+    form = InternalNoteForm(request.POST)
+    if not form.is_valid():
+        return detail_page(request, preview, status=400, error="The note was empty; nothing was kept.", note_form=form)
+    try:
+        preview_note_add(preview=preview, author=request.user, body=form.cleaned_data["body"])
+    except (DecisionError, ValueError) as error:
+        message = error.message if isinstance(error, DecisionError) else str(error)
+        return detail_page(request, preview, status=409, error=message, note_form=form)
+    messages.success(request, "Your internal note is kept with this preview; only staff see it.")
+    return redirect(reverse("console:preview", kwargs={"preview_id": preview.pk}) + "#internal-notes")
 
 
 def reviewer_locale(request: HttpRequest) -> str:

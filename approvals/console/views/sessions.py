@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.contrib import messages
+from django.db.models import Count
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
@@ -25,9 +26,11 @@ from approvals.core.types import AuthenticatedHttpRequest
 def agent_sessions(request: AuthenticatedHttpRequest) -> HttpResponse:
     """The live sessions this staff member oversees (selectors.agent_sessions_in_scope), each marked
     with whether they may revoke it (a staff member's session: the auditor only)."""
+    live = list(selectors.agent_sessions_in_scope(user=request.user).annotate(preview_count=Count("previews")))
+    previews = selectors.agent_session_previews(user=request.user, sessions=live)
     sessions = [
-        (session, selectors.may_revoke_agent_session(user=request.user, session=session))
-        for session in selectors.agent_sessions_in_scope(user=request.user)
+        (session, selectors.may_revoke_agent_session(user=request.user, session=session), previews[session.pk])
+        for session in live
     ]
     return render(
         request,

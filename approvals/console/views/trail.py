@@ -15,12 +15,14 @@ from approvals.console import selectors
 from approvals.console.exports import audit_csv, audit_jsonl
 from approvals.console.forms import (
     AuditExportForm,
+    EventLogForm,
 )
 from approvals.console.views.common import (
     auditor_required,
     preview_or_404,
     reviewer_required,
 )
+from approvals.core.registry import registry
 from approvals.core.types import AuthenticatedHttpRequest
 
 # Audit trail ---------------------------------------------------------------------------------
@@ -88,6 +90,47 @@ def subject_audit(request: AuthenticatedHttpRequest, subject_type: str) -> HttpR
             "subject_type": subject_type,
             "subject_id": subject_id,
             "records": records,
+        },
+    )
+
+
+@auditor_required
+@require_GET
+def event_log(request: AuthenticatedHttpRequest) -> HttpResponse:
+    """The audit log to read in the browser: filtered, newest first, a page at a time."""
+    everything = selectors.is_auditor(user=request.user)
+    actions = sorted(registry.actions) if everything else selectors.reviewable_actions(user=request.user)
+    form = EventLogForm(request.GET, actions=actions)
+    if not form.is_valid():
+        context = {"form": form, "page": None, "nav": "events", "everything": everything}
+        return render(request, "console/events.html", context, status=400)
+    data = form.cleaned_data
+    filters = selectors.EventFilters(
+        action=data["action"],
+        event=data["event"],
+        preview_id=data["preview"],
+        actor=data["actor"],
+        start=data["start"],
+        end=data["end"],
+    )
+    page = selectors.event_log(user=request.user, filters=filters, before=data["before"])
+    query = request.GET.copy()
+    query.pop("before", None)
+    older = None
+    if page.older_than is not None:
+        query["before"] = str(page.older_than)
+        older = query.urlencode()
+    return render(
+        request,
+        "console/events.html",
+        {
+            "form": form,
+            "page": page,
+            "older_query": older,
+            "nav": "events",
+            "everything": everything,
+            "filtered": any(request.GET.get(name) for name in form.fields if name != "before"),
+            "paged": data["before"] is not None,
         },
     )
 

@@ -79,7 +79,13 @@ from approvals.core.services.rights import (
     proposer_chain,
     staff_right_error,
 )
-from approvals.core.services.sessions import TOKEN_PREFIX, agent_session_create, agent_sessions_revoke, agent_token_hash
+from approvals.core.services.sessions import (
+    TOKEN_PREFIX,
+    agent_session_create,
+    agent_session_used,
+    agent_sessions_revoke,
+    agent_token_hash,
+)
 
 __all__ = [
     "AGENT_SESSION_REVOKED_REASON",
@@ -94,6 +100,7 @@ __all__ = [
     "PasskeyError",
     "ProposalOutcome",
     "agent_session_create",
+    "agent_session_used",
     "agent_sessions_revoke",
     "agent_token_hash",
     "approval_add",

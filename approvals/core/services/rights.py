@@ -75,8 +75,9 @@ def staff_right_error(
             code=ErrorCode.COUNTER_AUTHOR,
         )
     if preview.proposed_by_id == person.pk:
+        again = "" if preview.origin == PreviewOrigin.STAFF_PROPOSAL else " again"
         return DecisionError(
-            "You proposed this again yourself; another staff member must review it.",
+            f"You proposed this{again} yourself; another staff member must review it.",
             code=ErrorCode.FOUR_EYES,
         )
     if person.pk in (proposer_chain(preview) if chain is None else chain):

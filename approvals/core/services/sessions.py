@@ -4,11 +4,12 @@ which withdraws what they proposed that is not being executed yet."""
 from __future__ import annotations
 
 import secrets
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 from oauth2_provider.models import Grant, RefreshToken
 
@@ -30,6 +31,22 @@ TOKEN_PREFIX = "agt_"
 
 def agent_token_hash(token: str) -> str:
     return sha256_hex(token)
+
+
+# How stale "last used" may be: a busy agent's every call must not write its session's row.
+LAST_USED_EVERY = timedelta(minutes=1)
+
+
+def agent_session_used(session: AgentSession, *, now: datetime | None = None) -> None:
+    """Record that the session's token authenticated: at most one write a minute per session, one
+    UPDATE of the one column (never a save of the row, which would race a revocation), conditioned on
+    the stored value so that concurrent requests write it once."""
+    now = now or timezone.now()
+    if session.last_used_at is not None and now - session.last_used_at < LAST_USED_EVERY:
+        return
+    stale = Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_EVERY)
+    AgentSession.objects.filter(stale, pk=session.pk).update(last_used_at=now)
+    session.last_used_at = now
 
 
 def _tools_check(user: User, tools: list[str]) -> None:
