@@ -161,7 +161,7 @@ def review_queue(*, user: User, filters: QueueFilters, page_number: Any = 1) -> 
         # The matches are counted in one statement, every state exact; the listed state's are found on
         # their own (with the state in each test), so a cap reached over all states still lists its own.
         found = _search(scoped, filters.query)
-        counts = _state_counts(found, listed_state=filters.state, exact=True)
+        counts = _state_counts(found, listed_state=filters.state, all_exact=True)
         total_all = sum(c.count for c in counts)
         search_capped = total_all >= SEARCH_MATCH_CAP
         counts = [replace(c, at_least=search_capped) for c in counts]
@@ -205,16 +205,16 @@ def _proposes_amounts(action_names: list[str]) -> bool:
     return any((action := registry.action(name)) is not None and action.proposes_amount for name in action_names)
 
 
-def _state_counts(scoped: QuerySet[Preview], *, listed_state: str, exact: bool = False) -> list[StateCount]:
+def _state_counts(scoped: QuerySet[Preview], *, listed_state: str, all_exact: bool = False) -> list[StateCount]:
     """Counts per state over the filtered previews, in PreviewStatus's order.
 
     The states staff act on (waiting for staff, needs attention) and the listed one, whose pages need
     the number, come exact from one grouped query; COUNT(*) rather than COUNT(id) is answered from the
     (action, status) index alone. Every other state (the customer's to confirm, the history) is
-    counted up to STATE_COUNT_CAP, a query each that stops there; with `exact`, every state comes from the
+    counted up to STATE_COUNT_CAP, a query each that stops there; with `all_exact`, every state comes from the
     one grouped query.
     """
-    exact_states = [s for s in PreviewStatus if exact or s in STAFF_WORK_STATES or s.value == listed_state]
+    exact_states = [s for s in PreviewStatus if all_exact or s in STAFF_WORK_STATES or s.value == listed_state]
     exact = dict(scoped.filter(status__in=exact_states).order_by().values_list("status").annotate(n=Count("*")))
     counts = []
     for state in PreviewStatus:
