@@ -113,6 +113,7 @@ from approvals.core.registry import (
     StandingGrant,
     registry,
 )
+from approvals.core.search_indexes import TrigramSearchIndex, payload_field_expression
 from approvals.core.selectors import amount_in_flight, amount_in_flight_expression
 from approvals.core.services import audit_record, proposal_admit
 from approvals.core.transitions import preview_effect_changed
@@ -154,6 +155,8 @@ register_action = registry.register_action
 register_import_section = registry.register_import_section
 
 __all__ = [
+    "TrigramSearchIndex",
+    "payload_field_expression",
     "EXPORT_AUDIT_PERMISSION",
     "MAX_SAFE_MINOR",
     "OPEN_STATUSES",

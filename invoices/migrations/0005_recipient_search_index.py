@@ -4,7 +4,7 @@ PostgreSQL only; built concurrently."""
 
 from django.db import migrations
 
-from approvals.core.search_indexes import TrigramSearchIndex, payload_field_expression
+from approvals.plugin import TrigramSearchIndex, payload_field_expression
 
 
 class Migration(migrations.Migration):

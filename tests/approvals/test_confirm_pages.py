@@ -308,7 +308,7 @@ def test_orders_page_lists_own_orders_remaining_and_refunds(
 
     assert response.status_code == 200
     page = html(response)
-    row = re.search(r"<tr>\s*<th scope=\"row\">o-12</th>(.*?)</tr>", page, re.S)
+    row = re.search(r"<tr[^>]*>\s*<th scope=\"row\"[^>]*>o-12</th>(.*?)</tr>", page, re.S)
     assert row, page
     cells = [text_of(cell) for cell in re.findall(r"<td[^>]*>(.*?)</td>", row.group(1), re.S)]
     # placed, status, total, refunded, refundable, refunds
