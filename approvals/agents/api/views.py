@@ -69,11 +69,14 @@ THROTTLED = error_response("Too many calls from this agent session (with Retry-A
 AUTH_HEADERS = [
     OpenApiParameter(
         "WWW-Authenticate",
-        {"type": "string", "enum": ['Bearer realm="agent"']},
+        {
+            "type": "string",
+            "pattern": '^Bearer realm="agent", resource_metadata="[^"]+/\\.well-known/oauth-protected-resource"$',
+        },
         OpenApiParameter.HEADER,
         required=True,
         response=[401],
-        description="The agent token scheme.",
+        description="The agent token scheme, with the protected resource metadata (RFC 9728) for OAuth clients.",
     ),
     OpenApiParameter(
         "Retry-After",
