@@ -55,13 +55,20 @@ def slow_by_second(samples: list[tuple[float, float]]) -> dict[int, int]:
     return dict(sorted(slow.items()))
 
 
+class NoAnswer(ConnectionError):
+    """The connection closed (or was reset) before a byte of the answer came."""
+
+
 async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes) -> tuple[int, bool]:
     """Send one HTTP/1.1 request, read its answer; returns the status and whether the connection stays open."""
-    writer.write(request)
-    await writer.drain()
-    status_line = await reader.readline()
+    try:
+        writer.write(request)
+        await writer.drain()
+        status_line = await reader.readline()
+    except ConnectionError as error:
+        raise NoAnswer(str(error)) from error
     if not status_line:
-        raise ConnectionError("connection closed")
+        raise NoAnswer("connection closed")
     status = int(status_line.split()[1])
     length, keep_alive = 0, status_line.startswith(b"HTTP/1.1")
     while True:
@@ -88,7 +95,7 @@ async def run_open_loop(
     path = parts.path + (f"?{parts.query}" if parts.query else "")
     loop = asyncio.get_running_loop()
     idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
-    opened = 0
+    opened = retried = 0
     latencies: list[tuple[float, float]] = []  # (scheduled seconds into the window, milliseconds)
     send_lags: list[float] = []
     statuses: dict[str, int] = {}
@@ -96,7 +103,7 @@ async def run_open_loop(
     start = loop.time() + 0.2
 
     async def one(index: int) -> None:
-        nonlocal opened
+        nonlocal opened, retried
         call = make_call(index)
         head = "".join(f"{name}: {value}\r\n" for name, value in call.headers.items())
         request = (
@@ -111,10 +118,25 @@ async def run_open_loop(
         status, keep = 0, False
         connection = idle.pop() if idle else None
         try:
-            if connection is None:
+            try:
+                if connection is None:
+                    connection = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+                    opened += 1
+                    reused = False
+                else:
+                    reused = True
+                status, keep = await asyncio.wait_for(_exchange(*connection, request), timeout)
+            except NoAnswer:
+                if not reused:
+                    raise
+                # A kept-alive connection the server closed as the request went out (gunicorn closes its
+                # idle ones when a worker recycles after max_requests): unanswered, so sent again on a new
+                # connection, as HTTP clients do (RFC 9112, 9.3.1); the latency still runs from the schedule.
+                connection[1].close()
+                retried += 1
                 connection = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
                 opened += 1
-            status, keep = await asyncio.wait_for(_exchange(*connection, request), timeout)
+                status, keep = await asyncio.wait_for(_exchange(*connection, request), timeout)
         except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError, IndexError):
             status, keep = 0, False
         latencies.append((index / rate, (loop.time() - scheduled) * 1000))
@@ -138,6 +160,7 @@ async def run_open_loop(
         "send_lag_ms": percentiles(send_lags),
         "statuses": dict(sorted(statuses.items())),
         "connections_opened": opened,
+        "resent_after_keepalive_close": retried,
         # When the slow answers came: a cluster points at a pause (a checkpoint, a recycled worker),
         # a spread at the server's CPU.
         f"over_{SLOW_MS}ms_by_second": slow_by_second(latencies),

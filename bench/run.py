@@ -1062,6 +1062,7 @@ def report_rows(result: dict[str, Any]) -> list[dict[str, str]]:
                 "floor": f"send lag p99 {open_loop['send_lag_ms'].get('p99', 0):.1f}; "
                 f"disk fsync p99 / max {disk.get('p99', '?')} / {disk.get('max', '?')}; "
                 f"checkpoints during: {open_loop.get('checkpoints_during', '?')}; "
+                f"resent after a keep-alive close: {open_loop.get('resent_after_keepalive_close', 0)}; "
                 f"{steal_words(open_loop.get('cpu_steal_percent'))}",
                 "ratio": "",
                 "target": "p99 < 50",

@@ -82,6 +82,56 @@ def test_requests_queued_behind_a_slow_server_are_charged_from_their_scheduled_t
     assert sum(result["over_50ms_by_second"].values()) > 50  # when the queued ones were due: second 0
 
 
+async def _open_loop_against_a_recycling_server(*, answers_per_connection: int) -> dict:
+    """A server that answers `answers_per_connection` requests on each connection (as keep-alive), then
+    closes it when the next request arrives without answering it, as a recycled gunicorn worker closes
+    its idle connections."""
+    answered = 0
+
+    async def handle(reader, writer):
+        nonlocal answered
+        served = 0
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
+                )
+                await reader.readexactly(length)
+                if served == answers_per_connection:
+                    return
+                served += 1
+                answered += 1
+                writer.write(b"HTTP/1.1 201 Created\r\nContent-Length: 11\r\n\r\n{\"ok\":true}")
+                await writer.drain()
+        except asyncio.IncompleteReadError:
+            return
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        result = await run_open_loop(url=f"http://127.0.0.1:{port}/x", rate=50, seconds=1, make_call=_call)
+    result["answered"] = answered
+    return result
+
+
+def test_a_request_on_a_kept_alive_connection_the_server_closed_is_sent_again_on_a_new_one():
+    result = asyncio.run(_open_loop_against_a_recycling_server(answers_per_connection=1))
+    assert result["statuses"] == {"201": 50}, result
+    assert result["answered"] == 50
+    assert result["resent_after_keepalive_close"] > 0
+    assert result["connections_opened"] == 50  # each answer on a new connection: every reused one was closed
+
+
+def test_a_new_connection_closed_without_an_answer_is_a_failure_not_sent_again():
+    result = asyncio.run(_open_loop_against_a_recycling_server(answers_per_connection=0))
+    assert result["statuses"] == {"0": 50}, result
+    assert result["answered"] == 0
+    assert result["resent_after_keepalive_close"] == 0
+
+
 def test_the_open_loop_sends_the_closed_loops_mix_of_calls(tmp_path):
     """bench/proposals.lua's shares, so that "half the capacity" wrk measured is half of this workload's."""
     sessions = tmp_path / "sessions.tsv"
