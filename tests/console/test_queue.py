@@ -238,3 +238,24 @@ def test_each_search_test_is_served_by_its_trigram_index(db):
             cursor.execute("EXPLAIN " + sql, params)
             plan = "\n".join(row[0] for row in cursor.fetchall())
             assert f"Bitmap Index Scan on {index}" in plan, plan
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_search_is_planned_without_parallel_workers_and_leaves_the_connection_as_it_was(reviewer, alice):
+    waiting = bulk_previews(1, customer=alice, order_number="o-4417")
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW max_parallel_workers_per_gather")
+        before = cursor.fetchone()[0]
+    with CaptureQueriesContext(connection) as queries:
+        queue = review_queue(user=reviewer, filters=QueueFilters(query="4417"))
+    assert [row.preview.pk for row in queue.rows] == [waiting[0].pk]
+    statements = [q["sql"] for q in queries.captured_queries]
+    assert statements[:2] == ["BEGIN", "SET LOCAL max_parallel_workers_per_gather = 0"]
+    assert before != "0"
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW max_parallel_workers_per_gather")
+        assert cursor.fetchone()[0] == before  # SET LOCAL ended with the search's transaction
+    with CaptureQueriesContext(connection) as queries:
+        review_queue(user=reviewer, filters=QueueFilters())
+    assert not any("max_parallel_workers" in q["sql"] for q in queries.captured_queries)
