@@ -127,7 +127,7 @@ async def run_open_loop(
                     reused = True
                 status, keep = await asyncio.wait_for(_exchange(*connection, request), timeout)
             except NoAnswer:
-                if not reused:
+                if not reused or connection is None:
                     raise
                 # A kept-alive connection the server closed as the request went out (gunicorn closes its
                 # idle ones when a worker recycles after max_requests): unanswered, so sent again on a new

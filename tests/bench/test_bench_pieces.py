@@ -95,14 +95,16 @@ async def _open_loop_against_a_recycling_server(*, answers_per_connection: int) 
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
                 length = next(
-                    int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length")
                 )
                 await reader.readexactly(length)
                 if served == answers_per_connection:
                     return
                 served += 1
                 answered += 1
-                writer.write(b"HTTP/1.1 201 Created\r\nContent-Length: 11\r\n\r\n{\"ok\":true}")
+                writer.write(b'HTTP/1.1 201 Created\r\nContent-Length: 11\r\n\r\n{"ok":true}')
                 await writer.drain()
         except asyncio.IncompleteReadError:
             return
