@@ -223,7 +223,8 @@ def _seal_batch_locked(keys: list[Ed25519PrivateKey], batch_size: int) -> int:
             horizon = records[-1].transaction_id  # the rest, from this transaction on, go in the next batch
         if own is not None:
             horizon = min(horizon, own)  # this transaction may still add records: later seals look again
-    if stored_tree(size).root().hex() != (head.root_hash if head else EMPTY_ROOT.hex()):
+    tree = stored_tree(size)
+    if tree.root().hex() != (head.root_hash if head else EMPTY_ROOT.hex()):
         raise AuditTreeBroken(f"the stored tiles do not match the latest tree head (size {size})")
     leaves = [
         AuditLeaf(index=size + offset, record_id=record.pk, leaf_hash=leaf_hash(record_content(record)).hex())
@@ -232,7 +233,7 @@ def _seal_batch_locked(keys: list[Ed25519PrivateKey], batch_size: int) -> int:
     AuditLeaf.objects.bulk_create(leaves)
     tiles_extend(size, [bytes.fromhex(leaf.leaf_hash) for leaf in leaves])
     new_size = size + len(leaves)
-    root = stored_tree(new_size).root()
+    root = tree.grown(new_size).root()
     timestamp = max(now_ms(), head.timestamp if head else 0)
     new_head = AuditTreeHead.objects.create(
         size=new_size,

@@ -395,12 +395,25 @@ TileReader = Callable[[int, int], bytes]
 class TreeHashes:
     """Merkle tree hashes of a tree of `size` leaves, read from its tiles: a complete subtree of 2**h
     leaves is a hash in a tile (h a multiple of 8) or the root of 2**(h % 8) consecutive hashes of one
-    tile; any other range is combined from complete subtrees. A proof reads O(log n) tiles."""
+    tile; any other range is combined from complete subtrees. A proof reads O(log n) tiles.
+
+    Each complete subtree's hash is computed once per instance (the records of one receipt share most of
+    their proofs' subtrees, and one at the top level is the root of up to 128 hashes)."""
 
     def __init__(self, read_tile: TileReader, size: int) -> None:
         self.read_tile = read_tile
         self.size = size
         self._tiles: dict[tuple[int, int], bytes] = {}
+        self._complete: dict[tuple[int, int], bytes] = {}
+
+    def grown(self, size: int) -> TreeHashes:
+        """The tree after leaves were appended up to `size`: its tiles are read again (the right edge's
+        changed), the complete subtrees already computed are kept (an append changes none of them)."""
+        if size < self.size:
+            raise ValueError("a tree only grows")
+        tree = TreeHashes(self.read_tile, size)
+        tree._complete = self._complete
+        return tree
 
     def _tile(self, level: int, index: int) -> bytes:
         key = (level, index)
@@ -412,6 +425,9 @@ class TreeHashes:
         """MTH(D[position * 2**height : (position + 1) * 2**height]), all inside the tree."""
         if (position + 1) << height > self.size:
             raise ValueError("that subtree is not complete in this tree")
+        known = self._complete.get((height, position))
+        if known is not None:
+            return known
         level, rest = divmod(height, TILE_HEIGHT)
         first = position << rest  # the first hash at tile level `level`
         count = 1 << rest
@@ -420,7 +436,9 @@ class TreeHashes:
         chunk = tile[offset * HASH_SIZE : (offset + count) * HASH_SIZE]
         if len(chunk) != count * HASH_SIZE:
             raise TileMissing(level, tile_index)
-        return subtree_root([chunk[i : i + HASH_SIZE] for i in range(0, len(chunk), HASH_SIZE)])
+        root = subtree_root([chunk[i : i + HASH_SIZE] for i in range(0, len(chunk), HASH_SIZE)])
+        self._complete[(height, position)] = root
+        return root
 
     def range(self, start: int, end: int) -> bytes:
         """MTH(D[start:end]) for a range RFC 6962 splits into (start a multiple of the split)."""

@@ -50,6 +50,32 @@ def test_tiles_grow_at_the_right_edge_as_the_tree_does(db, batches):
     assert stored == _tiles_laid_out(leaves)
 
 
+def test_a_tree_computes_each_complete_subtree_once_and_keeps_them_as_it_grows(db, monkeypatch):
+    leaves = [hashlib.sha256(f"{i}".encode()).digest() for i in range(70_000)]
+    tiles_extend(0, leaves)
+    root = _mth(leaves)
+    hashed = []
+    node_hash = tlog.node_hash
+    monkeypatch.setattr(tlog, "node_hash", lambda left, right: hashed.append(1) or node_hash(left, right))
+    tree = stored_tree(len(leaves) - 5)
+    first = tree.inclusion_proof(len(leaves) - 10)
+    once = len(hashed)
+    assert tree.inclusion_proof(len(leaves) - 9) and len(hashed) - once < once / 4  # its neighbour's shares most
+    assert first == stored_tree(len(leaves) - 5).inclusion_proof(len(leaves) - 10)
+
+    hashed.clear()
+    grown = tree.grown(len(leaves))
+    assert grown.root() == root
+    kept = len(hashed)
+    hashed.clear()
+    assert stored_tree(len(leaves)).root() == root
+    assert kept < len(hashed) / 4  # the grown tree reused the subtrees it already had
+    index = len(leaves) - 1
+    assert tlog.inclusion_valid(leaves[index], index, len(leaves), grown.inclusion_proof(index), root)
+    with pytest.raises(ValueError):
+        grown.grown(10)
+
+
 def _tiles_laid_out(leaves):
     """tlog-tiles' layout computed from scratch: level 0 the leaves, each level above the roots of the
     full tiles below, 256 hashes a tile, the last one partial."""
