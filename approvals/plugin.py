@@ -27,8 +27,10 @@ and lists them; None by default shows none).
 refusal for a foreign and a missing subject alike), `lock_subject` locks it before execution scoped the
 same way (a subject that changed hands is refused as unavailable), `subject_version` reads its version.
 `subject_queryset(actor)` says which subjects a person may act on (their own; invoices let billing staff
-send any), `proposal_subject_queryset(actor)` what a proposal reads with it (refunds annotate
-`amount_in_flight_expression`).
+send any), `proposal_subject_queryset(actor)` the scope of a proposal's lookup alone, and
+`proposal_subject_columns(subject_id)` the scalar subqueries a proposal reads with the subject in the same
+statement (refunds read `amount_in_flight_column`). With the default scopes the lookup's SQL is built once
+per process.
 
 **Registering it.** In the app's `AppConfig.ready()`: `register_action(MyAction())`, and
 `register_import_section(ImportSection(...))` for a top-level key of `import_shop_data`'s file
@@ -51,8 +53,9 @@ codes a staff retry may mend in `Action.retryable_failure_codes`.
 **What an action reads of the engine's records.** `Preview` (with `PreviewStatus`, `OPEN_STATUSES`,
 `ApprovalRole` for `Proposal.required_approvals`), `Execution` and `ExecutionOutcome`, `AuditEvent`.
 Read them; only the engine changes them. `amount_in_flight(...)`: what approved previews on a subject
-are paying right now (so two refunds cannot both take the remainder); `amount_in_flight_expression(...)`
-is the same as an ORM expression to annotate the subjects of a query with.
+are paying right now (so two refunds cannot both take the remainder); `amount_in_flight_column(...)` is
+the same as a scalar subquery to read with a proposal's subject, `amount_in_flight_expression(...)` as an
+ORM expression to annotate the subjects of a query with.
 
 **What an action may tell the engine.** `audit_record(...)` appends to the audit log (in the caller's
 transaction). `preview_effect_changed(preview)` says the outside world changed an executed preview's
@@ -114,7 +117,7 @@ from approvals.core.registry import (
     registry,
 )
 from approvals.core.search_indexes import TrigramSearchIndex, payload_field_expression
-from approvals.core.selectors import amount_in_flight, amount_in_flight_expression
+from approvals.core.selectors import amount_in_flight, amount_in_flight_column, amount_in_flight_expression
 from approvals.core.services import audit_record, proposal_admit
 from approvals.core.transitions import preview_effect_changed
 from approvals.core.types import AuthenticatedHttpRequest
@@ -197,6 +200,7 @@ __all__ = [
     "TransientExecutionError",
     "agent_chose",
     "amount_in_flight",
+    "amount_in_flight_column",
     "amount_in_flight_expression",
     "amount_of",
     "audit_record",

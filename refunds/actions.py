@@ -24,7 +24,7 @@ from approvals.plugin import (
     RiskFlag,
     RuleResult,
     amount_in_flight,
-    amount_in_flight_expression,
+    amount_in_flight_column,
     amount_of,
     customer_named,
     decimals_words,
@@ -109,10 +109,9 @@ class RefundOrderAction(Action):
     def may_use(self, user: Any) -> bool:
         return bool(user.is_active)
 
-    def proposal_subject_queryset(self, actor: Any) -> Any:
+    def proposal_subject_columns(self, subject_id: Any) -> dict[str, tuple[str, list[Any]]]:
         # What refunds being paid right now take from the order, read with it.
-        in_flight = amount_in_flight_expression(subject_type=self.subject_type, subject_id_field=self.subject_id_field)
-        return self.subject_queryset(actor).annotate(in_flight_minor=in_flight)
+        return {"in_flight_minor": amount_in_flight_column(subject_type=self.subject_type, subject_id=str(subject_id))}
 
     def propose(self, *, actor: Any, arguments: dict[str, Any]) -> Proposal:
         order = self.proposal_subject(actor=actor, subject_id=arguments["order_id"])

@@ -6,11 +6,15 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from django.db.models import Manager, QuerySet
+from django.db.models.expressions import RawSQL
+
 from approvals.core.errors import EffectLookupUnavailable, ErrorCode, PolicyRefusal
+from approvals.core.rows import fetch_one
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-    from django.db.models import Model, QuerySet
+    from django.db.models import Model
     from rest_framework.serializers import Serializer
 
     from approvals.models import Preview
@@ -110,21 +114,60 @@ class Action(ABC):
         return self.subject_model._default_manager.filter(**{self.subject_owner_field: actor})
 
     def proposal_subject_queryset(self, actor: Any) -> QuerySet[Any]:
-        """What a proposal reads the subject from: `subject_queryset`, which an action may extend for
-        its policy in the same query (annotate what is being paid right now)."""
+        """What a proposal reads the subject from: `subject_queryset`, which an action may narrow or
+        widen for proposals alone."""
         return self.subject_queryset(actor)
+
+    def proposal_subject_columns(self, subject_id: Any) -> dict[str, tuple[str, list[Any]]]:
+        """Scalar subqueries (SQL and parameters) a proposal reads with its subject, in the same query, for
+        the policy: each becomes an attribute of the subject (refunds read what is being paid right now,
+        `amount_in_flight_column`). None by default."""
+        return {}
 
     def subject_unavailable(self, subject_id: Any) -> PolicyRefusal:
         message = self.subject_unavailable_message.format(subject_type=self.subject_type, subject_id=subject_id)
         return PolicyRefusal(message, code=self.subject_unavailable_code)
 
     def proposal_subject(self, *, actor: Any, subject_id: Any) -> Any:
-        """The subject a proposal names, among those the actor may act on, in one query; raises
-        `subject_unavailable` (the same for a foreign subject and a missing one)."""
-        subject = self.proposal_subject_queryset(actor).filter(**{self.subject_id_field: subject_id}).first()
+        """The subject a proposal names, among those the actor may act on, in one query, with its
+        `proposal_subject_columns`; raises `subject_unavailable` (the same for a foreign subject and a
+        missing one).
+
+        Every proposal asks it, so with the default scope (the actor's own subjects, through a plain
+        manager) its statement is built once (approvals.core.rows); an action that changes the scope gets
+        its queryset compiled by the ORM."""
+        columns = self.proposal_subject_columns(subject_id)
+        if self._plain_own_scope():
+            meta = self.subject_model._meta
+            id_field = meta.pk.name if self.subject_id_field == "pk" else self.subject_id_field
+            owner = meta.get_field(self.subject_owner_field).attname
+            subject = fetch_one(
+                self.subject_model, extra=columns, **{owner: getattr(actor, "pk", actor), id_field: subject_id}
+            )
+        else:
+            subject = (
+                self.proposal_subject_queryset(actor)
+                .annotate(**{name: RawSQL(sql, params) for name, (sql, params) in columns.items()})
+                .filter(**{self.subject_id_field: subject_id})
+                .first()
+            )
         if subject is None:
             raise self.subject_unavailable(subject_id)
         return subject
+
+    def _plain_own_scope(self) -> bool:
+        """Whether a proposal's subject is looked up as the defaults do: the actor's own, through a manager
+        that filters nothing, by fields of the subject's own table (no lookup across a relation)."""
+        cls = type(self)
+        manager = self.subject_model._default_manager
+        return (
+            "__" not in self.subject_id_field
+            and "__" not in self.subject_owner_field
+            and cls.subject_queryset is Action.subject_queryset
+            and cls.proposal_subject_queryset is Action.proposal_subject_queryset
+            and type(manager).get_queryset is Manager.get_queryset
+            and type(manager)._queryset_class is QuerySet
+        )
 
     def lock_subject(self, preview: Preview) -> Model | None:
         """Lock and return the subject (select_for_update) as the preview's actor may act on it now;

@@ -194,6 +194,23 @@ def _read_columns(model: type[Model]) -> tuple[list[str], tuple[str, ...], Conve
     return selected, tuple(f.attname for f in columns), tuple(converters)
 
 
+def fetch_column(model: type[Model], name: str, sql: str, params: Sequence[Any]) -> list[Any]:
+    """The first column of every row `sql` selects, holding `model`'s field `name`, converted as the ORM
+    converts that field's values (a UUID stored as text comes back a UUID)."""
+    db = _db()
+    column = _column_field(model, name).get_col(model._meta.db_table)
+    converters = db.ops.get_db_converters(column) + column.get_db_converters(db)
+    with statement_cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    values = []
+    for value, *_rest in rows:
+        for convert in converters:
+            value = convert(value, column, db)
+        values.append(value)
+    return values
+
+
 def _instance_from(
     db: BaseDatabaseWrapper, model: type[M], attnames: tuple[str, ...], converters: Converters, row: Sequence[Any]
 ) -> M:
@@ -212,6 +229,7 @@ def _select_statement(
     lock: bool,
     extra_columns: tuple[str, ...],
     joined: type[Model] | None = None,
+    joined_on: str | None = None,
 ) -> tuple[str, tuple[Any, ...], tuple[Field, ...]]:
     table = _quoted(model._meta.db_table)
     selected, attnames, converters = _read_columns(model)
@@ -222,7 +240,8 @@ def _select_statement(
         selected += joined_selected
         readers += ((joined, joined_attnames, joined_converters),)
         joined_table, joined_key = _quoted(joined._meta.db_table), _quoted(joined._meta.pk.column)
-        source += f" JOIN {joined_table} ON {joined_table}.{joined_key} = {table}.{_quoted(model._meta.pk.column)}"
+        key = _column_field(model, joined_on).column if joined_on else model._meta.pk.column
+        source += f" JOIN {joined_table} ON {joined_table}.{joined_key} = {table}.{_quoted(key)}"
     selected += [f"({sql})" for sql in extra_columns]
     where = " AND ".join(f"{table}.{_quoted(_column_field(model, name).column)} = %s" for name in names)
     sql = f"SELECT {', '.join(selected)} FROM {source} WHERE {where}"
@@ -237,12 +256,13 @@ def _fetch_row(
     extra: dict[str, tuple[str, Sequence[Any]]] | None,
     joined: type[Model] | None,
     equals: dict[str, Any],
+    joined_on: str | None = None,
 ) -> list[Model] | None:
     db = _db()
     lock = lock and db.features.has_select_for_update
     extra = extra or {}
     sql, readers, fields = _select_statement(
-        model, tuple(equals), lock, tuple(subquery for subquery, _params in extra.values()), joined
+        model, tuple(equals), lock, tuple(subquery for subquery, _params in extra.values()), joined, joined_on
     )
     params = [value for _sql, subquery_params in extra.values() for value in subquery_params]
     params += [field.get_db_prep_value(value, db) for field, value in zip(fields, equals.values(), strict=True)]
@@ -307,3 +327,20 @@ def fetch_one_joined(
     if instances is None:
         return None
     return instances[0], instances[1]  # type: ignore[return-value]  # read as `model`, then `joined`
+
+
+def fetch_one_related(model: type[M], related: str, **equals: Any) -> M | None:
+    """As fetch_one, with the row its foreign key `related` points to read in the same statement and cached
+    on the instance, as `select_related(related)` would (an inner join: a row whose key is null is not
+    found)."""
+    field = _column_field(model, related)
+    target = field.related_model
+    assert isinstance(target, type), "a foreign key's model is resolved once the apps are ready"
+    if target is model or field.target_field != target._meta.pk:  # type: ignore[attr-defined]
+        raise ValueError(f"{model._meta.label}.{related} must point to another model's primary key")
+    instances = _fetch_row(model, False, None, target, equals, joined_on=related)
+    if instances is None:
+        return None
+    instance, related_instance = instances
+    field.set_cached_value(instance, related_instance)  # type: ignore[attr-defined]  # a ForeignKey's
+    return instance  # type: ignore[return-value]  # the row is of `model`

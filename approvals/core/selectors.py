@@ -8,7 +8,7 @@ from django.db.models import BigIntegerField, OuterRef, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 
 from approvals.core.registry import registry
-from approvals.core.rows import statement_cursor
+from approvals.core.rows import fetch_column, statement_cursor
 from approvals.models import (
     EFFECT_IN_FLIGHT_OUTCOMES,
     OPEN_STATUSES,
@@ -46,6 +46,12 @@ def amount_in_flight(*, subject_type: str, subject_id: str, exclude: Any = None)
     with statement_cursor() as cursor:
         cursor.execute(_amount_in_flight_sql(excluding=exclude is not None), params)
         return int(cursor.fetchone()[0])
+
+
+def amount_in_flight_column(*, subject_type: str, subject_id: str) -> tuple[str, list[Any]]:
+    """amount_in_flight as a scalar subquery (SQL and parameters) to read in the same statement as the
+    subject (Action.proposal_subject_columns)."""
+    return _amount_in_flight_sql(excluding=False), [subject_id, *_amount_in_flight_params(subject_type)]
 
 
 def amount_in_flight_expression(*, subject_type: str, subject_id_field: str) -> Coalesce:
@@ -88,20 +94,24 @@ def executions_of(previews: list[Preview]) -> dict[Any, Execution]:
     return {e.pk: e for e in Execution.objects.filter(pk__in=[p.pk for p in previews])}
 
 
+@cache
+def _open_siblings_sql() -> str:
+    quote = connection.ops.quote_name
+    statuses = ", ".join(["%s"] * len(OPEN_STATUSES))
+    return (
+        f"SELECT {quote('id')} FROM {quote(Preview._meta.db_table)} WHERE subject_type = %s AND subject_id = %s "
+        f"AND agent_session_id = %s AND status IN ({statuses}) AND {quote('id')} <> %s ORDER BY created_at, id"
+    )
+
+
 def session_open_siblings(preview: Preview) -> list[Any]:
     """The ids of the other open previews (waiting, or approved) that the preview's agent session proposed on
     the same subject, oldest first: executing any one of them supersedes the rest
-    (approvals.core.services.execution.siblings)."""
+    (approvals.core.services.execution.siblings). Every proposal's answer asks it: one statement whose
+    SQL is built once."""
     if preview.agent_session_id is None:
         return []
-    return list(
-        Preview.objects.filter(
-            subject_type=preview.subject_type,
-            subject_id=preview.subject_id,
-            agent_session_id=preview.agent_session_id,
-            status__in=OPEN_STATUSES,
-        )
-        .exclude(pk=preview.pk)
-        .order_by("created_at", "pk")
-        .values_list("pk", flat=True)
-    )
+    pk = Preview._meta.pk
+    params = [preview.subject_type, preview.subject_id, preview.agent_session_id, *(s.value for s in OPEN_STATUSES)]
+    params.append(pk.get_db_prep_value(preview.pk, connection))
+    return fetch_column(Preview, "id", _open_siblings_sql(), params)

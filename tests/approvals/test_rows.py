@@ -12,14 +12,17 @@ from django.utils import timezone
 from approvals.core.rows import (
     column_sql,
     fetch_all,
+    fetch_column,
     fetch_one,
     fetch_one_joined,
+    fetch_one_related,
     insert_rows,
     statement_cursor,
     update_fields,
 )
-from approvals.core.selectors import amount_in_flight, amount_in_flight_expression
+from approvals.core.selectors import amount_in_flight, amount_in_flight_expression, session_open_siblings
 from approvals.models import (
+    AgentSession,
     AuditRecord,
     Execution,
     ExecutionOutcome,
@@ -170,6 +173,45 @@ def test_fetch_all_reads_every_matching_row_as_the_orm_would(alice_agent):
         ), field.name
     assert all(r._state.adding is False for r in fetched)
     assert fetch_all(IdempotencyRecord, agent_session_id=alice_agent.agent_session.pk, key="none") == []
+
+
+def test_fetch_one_related_reads_the_row_and_its_foreign_key_in_one_statement(alice_agent):
+    session = alice_agent.agent_session
+    with CaptureQueriesContext(connection) as queries:
+        fetched = fetch_one_related(AgentSession, "user", token_hash=session.token_hash)
+        assert fetched.user.username == session.user.username  # cached: no second statement
+    assert len(queries) == 1
+    expected = AgentSession.objects.select_related("user").get(pk=session.pk)
+    for model_field, fetched_row, expected_row in [
+        *((f, fetched, expected) for f in AgentSession._meta.concrete_fields),
+        *((f, fetched.user, expected.user) for f in type(expected.user)._meta.concrete_fields),
+    ]:
+        assert getattr(fetched_row, model_field.attname) == getattr(expected_row, model_field.attname), model_field
+    assert fetch_one_related(AgentSession, "user", token_hash="0" * 64) is None
+    with pytest.raises(ValueError):
+        fetch_one_related(Preview, "supersedes", id=uuid.uuid4())  # a key to its own model
+
+
+def test_a_proposals_open_siblings_are_the_sessions_other_open_previews_on_it_oldest_first(o12, ord4417, alice_agent):
+    session = alice_agent.agent_session
+
+    def proposed(order, status=PreviewStatus.AWAITING_CUSTOMER, agent_session=session):
+        preview = preview_for(order, status=status)
+        preview.agent_session = agent_session
+        insert_rows([preview])
+        return preview
+
+    first, second, this = proposed(o12), proposed(o12, PreviewStatus.APPROVED), proposed(o12)
+    proposed(o12, PreviewStatus.DECLINED)
+    proposed(ord4417)
+    proposed(o12, agent_session=None)
+    Preview.objects.filter(pk=first.pk).update(created_at=timezone.now() - timedelta(minutes=2))
+    Preview.objects.filter(pk=second.pk).update(created_at=timezone.now() - timedelta(minutes=1))
+
+    siblings = session_open_siblings(this)
+    assert siblings == [first.pk, second.pk] and all(isinstance(pk, uuid.UUID) for pk in siblings)
+    assert session_open_siblings(first) == [second.pk, this.pk]
+    assert fetch_column(Preview, "id", "SELECT id FROM approvals_preview WHERE id = %s", [str(uuid.uuid4())]) == []
 
 
 def test_fetch_one_joined_is_none_without_the_joined_row(o12):

@@ -32,6 +32,34 @@ def test_the_engine_looks_the_subject_up_among_the_actors_own_in_one_query(
         }
 
 
+class _AskedToo(RenameBoardAction):
+    def proposal_subject_columns(self, subject_id):
+        return {"asked": ("SELECT %s", [f"asked for {subject_id}"])}
+
+
+class _AnyBoard(_AskedToo):
+    def subject_queryset(self, actor):
+        return Board.objects.all()
+
+
+def test_a_proposal_reads_its_columns_with_the_subject_by_either_lookup(
+    board, strangers_board, owner, django_assert_num_queries
+):
+    own, widened = _AskedToo(), _AnyBoard()
+    assert own._plain_own_scope() and not widened._plain_own_scope()  # built once / compiled by the ORM
+
+    with django_assert_num_queries(1):
+        found = own.proposal_subject(actor=owner, subject_id="b-1")
+    assert (found, found.title, found.owner_id, found.asked) == (board, board.title, owner.pk, "asked for b-1")
+    with pytest.raises(PolicyRefusal):
+        own.proposal_subject(actor=owner, subject_id="b-2")
+    with pytest.raises(PolicyRefusal):
+        own.proposal_subject(actor=owner.pk + 1000, subject_id="b-1")  # an owner's id works like the owner
+    with django_assert_num_queries(1):
+        found = widened.proposal_subject(actor=owner, subject_id="b-2")
+    assert (found, found.asked) == (strangers_board, "asked for b-2")
+
+
 def test_a_board_given_to_someone_else_after_the_approval_is_refused_as_unavailable_and_not_renamed(
     board, stranger, agent, django_capture_on_commit_callbacks
 ):

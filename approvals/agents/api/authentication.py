@@ -11,6 +11,7 @@ from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
 from approvals.agents.oauth.sessions import OAuthTokenInvalid, oauth_access_token_session
+from approvals.core.rows import fetch_one_related
 from approvals.core.services import agent_session_used, agent_token_hash
 from approvals.models import AgentSession
 from approvals.operations import logs
@@ -44,10 +45,7 @@ class AgentTokenAuthentication(authentication.BaseAuthentication):
         except UnicodeDecodeError as error:
             raise exceptions.AuthenticationFailed("Invalid token.") from error
         digest = agent_token_hash(token)
-        try:
-            session = AgentSession.objects.select_related("user").get(token_hash=digest)
-        except AgentSession.DoesNotExist:
-            session = None
+        session = fetch_one_related(AgentSession, "user", token_hash=digest)
         # The lookup is by hash; the comparison below keeps the check constant-time as well.
         if session is None:
             # Not an agent token: an OAuth access token acts as the agent session its consent minted.
