@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.conf import settings
@@ -109,7 +110,7 @@ class RefundOrderAction(Action):
     def may_use(self, user: Any) -> bool:
         return bool(user.is_active)
 
-    def proposal_subject_columns(self, subject_id: Any) -> dict[str, tuple[str, list[Any]]]:
+    def proposal_subject_columns(self, subject_id: Any) -> dict[str, tuple[str, Sequence[Any]]]:
         # What refunds being paid right now take from the order, read with it.
         return {"in_flight_minor": amount_in_flight_column(subject_type=self.subject_type, subject_id=str(subject_id))}
 

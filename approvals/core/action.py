@@ -4,6 +4,7 @@ for every action (the owner-scoped lookup of its subject, the lock, the version)
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.db.models import Manager, QuerySet
@@ -118,7 +119,7 @@ class Action(ABC):
         widen for proposals alone."""
         return self.subject_queryset(actor)
 
-    def proposal_subject_columns(self, subject_id: Any) -> dict[str, tuple[str, list[Any]]]:
+    def proposal_subject_columns(self, subject_id: Any) -> dict[str, tuple[str, Sequence[Any]]]:
         """Scalar subqueries (SQL and parameters) a proposal reads with its subject, in the same query, for
         the policy: each becomes an attribute of the subject (refunds read what is being paid right now,
         `amount_in_flight_column`). None by default."""
@@ -140,7 +141,7 @@ class Action(ABC):
         if self._plain_own_scope():
             meta = self.subject_model._meta
             id_field = meta.pk.name if self.subject_id_field == "pk" else self.subject_id_field
-            owner = meta.get_field(self.subject_owner_field).attname
+            owner = meta.get_field(self.subject_owner_field).attname  # type: ignore[union-attr]  # a column
             subject = fetch_one(
                 self.subject_model, extra=columns, **{owner: getattr(actor, "pk", actor), id_field: subject_id}
             )
@@ -166,7 +167,7 @@ class Action(ABC):
             and cls.subject_queryset is Action.subject_queryset
             and cls.proposal_subject_queryset is Action.proposal_subject_queryset
             and type(manager).get_queryset is Manager.get_queryset
-            and type(manager)._queryset_class is QuerySet
+            and getattr(type(manager), "_queryset_class", None) is QuerySet
         )
 
     def lock_subject(self, preview: Preview) -> Model | None:
