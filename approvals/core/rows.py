@@ -336,7 +336,7 @@ def fetch_one_related(model: type[M], related: str, **equals: Any) -> M | None:
     field = _column_field(model, related)
     target = field.related_model
     assert isinstance(target, type), "a foreign key's model is resolved once the apps are ready"
-    if target is model or field.target_field != target._meta.pk:  # type: ignore[attr-defined]
+    if target is model or field.target_field != target._meta.pk:  # type: ignore[attr-defined]  # a ForeignKey has target_field
         raise ValueError(f"{model._meta.label}.{related} must point to another model's primary key")
     instances = _fetch_row(model, False, None, target, equals, joined_on=related)
     if instances is None:
