@@ -120,7 +120,7 @@ bench: $(STAMP) bench-deps
 bench-quick: $(STAMP) bench-deps
 	$(PY) -m bench.run --quick
 
-# `make bench-scale` (about 25 minutes): each cost at growing sizes of data, on PostgreSQL: the audit log at 10
+# `make bench-scale` (6 to 25 minutes): each cost at growing sizes of data, on PostgreSQL: the audit log at 10
 # thousand to 10 million leaves (written directly as its tiles), the shop at 10 thousand and 1 million rows
 # (written with COPY). Databases of its own next to DATABASE_URL's, dropped after; a Markdown table, and the
 # JSON in bench/results/scale-<time>.json (docs/benchmarks.md; `python -m bench.scale --help`).
