@@ -21,8 +21,7 @@ BEGIN;
 SELECT p.*, e.*, (SELECT s.revoked_at IS NOT NULL FROM approvals_agentsession s WHERE s.id = p.agent_session_id),
        COALESCE((SELECT s.webhook_url <> '' FROM approvals_agentsession s WHERE s.id = p.agent_session_id), false)
   FROM approvals_preview p JOIN approvals_execution e ON e.preview_id = p.id WHERE p.id = ':preview_id' FOR UPDATE;
-SELECT * FROM refunds_order WHERE customer_id = :customer_id AND number = ':number'
-  ORDER BY placed_at DESC, number ASC LIMIT 1 FOR UPDATE OF refunds_order;
+SELECT * FROM refunds_order WHERE customer_id = :customer_id AND number = ':number' FOR UPDATE;
 SELECT * FROM approvals_approval WHERE preview_id = ':preview_id';
 SELECT COALESCE(SUM(p.amount_minor), 0) FROM approvals_preview p JOIN approvals_execution e ON e.preview_id = p.id
   WHERE p.subject_id = ':number' AND p.subject_type = 'order'
@@ -48,7 +47,7 @@ BEGIN;
 SELECT p.*, e.*, (SELECT s.revoked_at IS NOT NULL FROM approvals_agentsession s WHERE s.id = p.agent_session_id),
        COALESCE((SELECT s.webhook_url <> '' FROM approvals_agentsession s WHERE s.id = p.agent_session_id), false)
   FROM approvals_preview p JOIN approvals_execution e ON e.preview_id = p.id WHERE p.id = ':preview_id' FOR UPDATE;
-SELECT * FROM refunds_order WHERE number = ':number' ORDER BY placed_at DESC, number ASC LIMIT 1 FOR UPDATE OF refunds_order;
+SELECT * FROM refunds_order WHERE number = ':number' FOR UPDATE;
 INSERT INTO refunds_refund (order_id, preview_id, amount_minor, currency, reason, gateway_refund_id, status,
                             status_reason, status_changed_at, created_at)
   VALUES (:order_id, ':preview_id', 500, 'EUR', 'damaged', 'lr_floor_:n', 'succeeded', '', NULL, now()) RETURNING id;

@@ -29,6 +29,7 @@ def main() -> int:
         "--publish", action="store_true", help="publish the executions to REDIS_URL's broker (a queue of its own)"
     )
     parser.add_argument("--orm-rows", action="store_true", help="the plain ORM instead of approvals.core.rows")
+    parser.add_argument("--dump", default=None, help="with --cprofile, also write the raw stats here (pstats)")
     args = parser.parse_args()
 
     from .profiling import django_setup, profiling_database
@@ -111,6 +112,8 @@ def main() -> int:
             stats = pstats.Stats(profiler)
             stats.sort_stats("cumulative").print_stats(70)
             stats.sort_stats("tottime").print_stats(30)
+            if args.dump:
+                stats.dump_stats(args.dump)
         connections.close_all()
     finally:
         database.drop()

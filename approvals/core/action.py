@@ -139,11 +139,9 @@ class Action(ABC):
         its queryset compiled by the ORM."""
         columns = self.proposal_subject_columns(subject_id)
         if self._plain_own_scope():
-            meta = self.subject_model._meta
-            id_field = meta.pk.name if self.subject_id_field == "pk" else self.subject_id_field
-            owner = meta.get_field(self.subject_owner_field).attname  # type: ignore[union-attr]  # a column
+            owner = self.subject_model._meta.get_field(self.subject_owner_field).attname  # type: ignore[union-attr]  # a column
             subject = fetch_one(
-                self.subject_model, extra=columns, **{owner: getattr(actor, "pk", actor), id_field: subject_id}
+                self.subject_model, extra=columns, **{owner: getattr(actor, "pk", actor), self._id_name(): subject_id}
             )
         else:
             subject = (
@@ -160,12 +158,19 @@ class Action(ABC):
         """Whether a proposal's subject is looked up as the defaults do: the actor's own, through a manager
         that filters nothing, by fields of the subject's own table (no lookup across a relation)."""
         cls = type(self)
+        return (
+            cls.subject_queryset is Action.subject_queryset
+            and cls.proposal_subject_queryset is Action.proposal_subject_queryset
+            and self._plain_manager()
+        )
+
+    def _plain_manager(self) -> bool:
+        """Whether the subject's default manager filters nothing and its id and owner fields are its own
+        table's (no lookup across a relation)."""
         manager = self.subject_model._default_manager
         return (
             "__" not in self.subject_id_field
             and "__" not in self.subject_owner_field
-            and cls.subject_queryset is Action.subject_queryset
-            and cls.proposal_subject_queryset is Action.proposal_subject_queryset
             and type(manager).get_queryset is Manager.get_queryset
             and getattr(type(manager), "_queryset_class", None) is QuerySet
         )
@@ -173,9 +178,20 @@ class Action(ABC):
     def lock_subject(self, preview: Preview) -> Model | None:
         """Lock and return the subject (select_for_update) as the preview's actor may act on it now;
         None if it disappeared or is no longer theirs: the checks before execution then refuse it as
-        unavailable, so the owner's re-check is the lock itself."""
+        unavailable, so the owner's re-check is the lock itself.
+
+        Every execution locks its subject twice (here and in `lock_subject_to_record`), so with the
+        default scope and a unique subject id the statement is built once (approvals.core.rows)."""
         # The default scope needs only the owner's id, which the preview holds: no read of the person.
         own_scope = type(self).subject_queryset is Action.subject_queryset
+        if own_scope and self._plain_unique_lookup():
+            owner = self.subject_model._meta.get_field(self.subject_owner_field).attname  # type: ignore[union-attr]  # a column
+            return fetch_one(
+                self.subject_model,
+                lock=True,
+                extra=None,
+                **{owner: preview.actor_id, self._id_name(): preview.subject_id},
+            )
         actor = preview.actor_id if own_scope else preview.actor
         return (
             self.subject_queryset(actor)
@@ -186,11 +202,24 @@ class Action(ABC):
 
     def lock_subject_to_record(self, preview: Preview) -> Model | None:
         """Lock the subject whoever it belongs to now: the effect is made and must be written down."""
+        if self._plain_unique_lookup():
+            return fetch_one(self.subject_model, lock=True, extra=None, **{self._id_name(): preview.subject_id})
         return (
             self.subject_model._default_manager.select_for_update(of=("self",))
             .filter(**{self.subject_id_field: preview.subject_id})
             .first()
         )
+
+    def _id_name(self) -> str:
+        return self.subject_model._meta.pk.name if self.subject_id_field == "pk" else self.subject_id_field
+
+    def _plain_unique_lookup(self) -> bool:
+        """Whether the subject is found by a unique field of its own table through a manager that filters
+        nothing: then one row at most matches, and `.first()`'s ordering changes nothing."""
+        if not self._plain_manager():
+            return False
+        field = self.subject_model._meta.get_field(self._id_name())
+        return bool(getattr(field, "unique", False))
 
     def subject_version(self, subject: Model) -> int:
         return int(getattr(subject, self.subject_version_field))

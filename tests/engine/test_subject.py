@@ -5,10 +5,12 @@ is the owner's re-check, and the recording of an effect already made whoever own
 from unittest import mock
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from approvals.core.errors import PolicyRefusal
 from approvals.core.registry import registry
-from approvals.models import AuditRecord, Execution, PreviewStatus
+from approvals.models import AuditRecord, Execution, Preview, PreviewStatus
 from tests.toy_action.actions import RenameBoardAction
 from tests.toy_action.models import Board
 
@@ -58,6 +60,31 @@ def test_a_proposal_reads_its_columns_with_the_subject_by_either_lookup(
     with django_assert_num_queries(1):
         found = widened.proposal_subject(actor=owner, subject_id="b-2")
     assert (found, found.asked) == (strangers_board, "asked for b-2")
+
+
+class _ByTitle(RenameBoardAction):
+    subject_id_field = "title"
+
+
+def test_the_locks_around_the_effect_are_built_once_for_a_unique_id_in_the_default_scope(board, strangers_board, owner):
+    own, widened = RenameBoardAction(), _AnyBoard()
+    assert own._plain_unique_lookup() and widened._plain_unique_lookup()
+    assert not _ByTitle()._plain_unique_lookup()  # two boards may share a title: the ORM's first() decides
+
+    with CaptureQueriesContext(connection) as queries:
+        assert own.lock_subject(Preview(actor=owner, subject_id="b-1")) == board
+        assert own.lock_subject(Preview(actor=owner, subject_id="b-2")) is None  # someone else's now
+        assert own.lock_subject(Preview(actor=owner, subject_id="b-404")) is None
+        assert own.lock_subject_to_record(Preview(actor=owner, subject_id="b-2")) == strangers_board
+        assert widened.lock_subject(Preview(actor=owner, subject_id="b-2")) == strangers_board  # the ORM's
+
+    statements = [query["sql"] for query in queries.captured_queries]
+    assert len(statements) == 5
+    locking = connection.features.has_select_for_update
+    assert all(("FOR UPDATE" in sql) == locking for sql in statements)
+    assert ["ORDER BY" in sql for sql in statements] == [False, False, False, False, True]
+    where = [sql.partition(" WHERE ")[2] for sql in statements]
+    assert '"owner_id" = ' in where[0] and '"owner_id"' not in where[3]  # the recording's: whoever owns it now
 
 
 def test_a_board_given_to_someone_else_after_the_approval_is_refused_as_unavailable_and_not_renamed(
