@@ -298,3 +298,67 @@ def test_three_runs_are_read_from_their_median_with_the_spread_and_an_undecided_
     assert rows["Proposals, open loop at half capacity: p99 (ms)"]["met"] == "undecided (median meets it)"
     assert rows["Confirm → executed, idle workers: p95 (ms)"]["met"] == "yes"
     assert "Audit seal lag: p95 (ms)" not in rows  # not measured: no row
+
+
+def test_the_stand_in_for_autovacuum_uses_autovacuums_own_thresholds():
+    from bench.autovacuum import Thresholds
+
+    defaults = Thresholds(
+        naptime_s=60, vacuum=50, vacuum_scale=0.2, insert=1000, insert_scale=0.2, analyze=50, analyze_scale=0.1
+    )
+    # A table analyzed while empty that has had 200 rows written since: analyzed, not yet vacuumed.
+    assert defaults.due(reltuples=0, dead=0, inserted=200, modified=200) == (False, True)
+    # 19,000 rows analyzed, 1,800 changed since: under 50 + 10 %, nothing to do.
+    assert defaults.due(reltuples=19_000, dead=0, inserted=0, modified=1_800) == (False, False)
+    assert defaults.due(reltuples=19_000, dead=3_900, inserted=0, modified=0) == (True, False)
+    assert defaults.due(reltuples=19_000, dead=0, inserted=4_801, modified=4_801) == (True, True)
+    inserts_off = Thresholds(**{**defaults.__dict__, "insert": -1})
+    assert inserts_off.due(reltuples=0, dead=0, inserted=10**6, modified=0) == (False, False)
+
+
+@pytest.mark.postgres
+def test_the_stand_in_analyzes_a_table_that_grew_and_leaves_the_others(transactional_db):
+    from django.db import connection
+    from psycopg.conninfo import make_conninfo
+
+    from bench.autovacuum import AutovacuumStandIn, Thresholds
+    from tests.factories import OrderFactory, UserFactory
+
+    def analyses(table: str) -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_clear_snapshot()")
+            cursor.execute("SELECT analyze_count FROM pg_stat_user_tables WHERE relname = %s", [table])
+            return cursor.fetchone()[0]
+
+    settings = connection.settings_dict
+    conninfo = make_conninfo(
+        host=settings["HOST"] or "127.0.0.1",
+        port=settings["PORT"] or 5432,
+        user=settings["USER"] or "postgres",
+        dbname=settings["NAME"],
+    )
+    alice = UserFactory(username="alice")
+    before = analyses("refunds_order"), analyses("refunds_refund")
+    for i in range(120):
+        OrderFactory(number=f"o-{i}", customer=alice)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_force_next_flush()")
+    stand_in = AutovacuumStandIn(conninfo)
+    # 50 changes since the last analysis, whatever the table held before (the scale factor is the server's).
+    stand_in.thresholds = Thresholds(
+        naptime_s=60, vacuum=50, vacuum_scale=0.2, insert=-1, insert_scale=0.2, analyze=50, analyze_scale=0
+    )
+    deadline = time.monotonic() + 10
+    while "refunds_order" not in stand_in.analyzed and time.monotonic() < deadline:  # counts reach the stats
+        stand_in.pass_once()
+        time.sleep(0.2)
+
+    assert stand_in.analyzed["refunds_order"] == 1 and "refunds_refund" not in stand_in.analyzed
+    assert (analyses("refunds_order"), analyses("refunds_refund")) == (before[0] + 1, before[1])
+    assert stand_in.stop() == {
+        "server_autovacuum": "unknown",
+        "stood_in": False,
+        "passes": stand_in.passes,
+        "vacuumed": {},
+        "analyzed": dict(stand_in.analyzed),
+    }
