@@ -101,7 +101,7 @@ test: $(STAMP) $(C2SP_STAMP) browser-deps $(AXE)
 clean:
 	rm -rf $(VENV) $(C2SP_VENV) db.sqlite3 .demo-seed.log staticfiles
 
-# `make bench` (three full runs and their medians, about 40 minutes) and `make bench-quick` (one quick run,
+# `make bench` (three full runs and their medians, 40 to 70 minutes) and `make bench-quick` (one quick run,
 # about 4): the gateway's speed against floors measured in the same run (docs/benchmarks.md). PostgreSQL and Redis come from DATABASE_URL and
 # REDIS_URL (the local ones by default); the run creates a database of its own and drops it after.
 # It starts gunicorn (config/gunicorn.conf.py) twice (the gateway, and the bare floor), two Celery workers
