@@ -139,9 +139,10 @@ class Action(ABC):
         its queryset compiled by the ORM."""
         columns = self.proposal_subject_columns(subject_id)
         if self._plain_own_scope():
-            owner = self.subject_model._meta.get_field(self.subject_owner_field).attname  # type: ignore[union-attr]  # a column
             subject = fetch_one(
-                self.subject_model, extra=columns, **{owner: getattr(actor, "pk", actor), self._id_name(): subject_id}
+                self.subject_model,
+                extra=columns,
+                **{self._owner_name(): getattr(actor, "pk", actor), self._id_name(): subject_id},
             )
         else:
             subject = (
@@ -185,12 +186,11 @@ class Action(ABC):
         # The default scope needs only the owner's id, which the preview holds: no read of the person.
         own_scope = type(self).subject_queryset is Action.subject_queryset
         if own_scope and self._plain_unique_lookup():
-            owner = self.subject_model._meta.get_field(self.subject_owner_field).attname  # type: ignore[union-attr]  # a column
             return fetch_one(
                 self.subject_model,
                 lock=True,
                 extra=None,
-                **{owner: preview.actor_id, self._id_name(): preview.subject_id},
+                **{self._owner_name(): preview.actor_id, self._id_name(): preview.subject_id},
             )
         actor = preview.actor_id if own_scope else preview.actor
         return (
@@ -212,6 +212,10 @@ class Action(ABC):
 
     def _id_name(self) -> str:
         return self.subject_model._meta.pk.name if self.subject_id_field == "pk" else self.subject_id_field
+
+    def _owner_name(self) -> str:
+        """The owner's column (`customer_id`): the defaults look it up by the person's primary key."""
+        return self.subject_model._meta.get_field(self.subject_owner_field).attname  # type: ignore[union-attr]  # a column
 
     def _plain_unique_lookup(self) -> bool:
         """Whether the subject is found by a unique field of its own table through a manager that filters

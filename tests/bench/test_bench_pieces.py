@@ -301,6 +301,8 @@ def test_three_runs_are_read_from_their_median_with_the_spread_and_an_undecided_
 
 
 def test_the_stand_in_for_autovacuum_uses_autovacuums_own_thresholds():
+    from dataclasses import replace
+
     from bench.autovacuum import Thresholds
 
     defaults = Thresholds(
@@ -312,7 +314,7 @@ def test_the_stand_in_for_autovacuum_uses_autovacuums_own_thresholds():
     assert defaults.due(reltuples=19_000, dead=0, inserted=0, modified=1_800) == (False, False)
     assert defaults.due(reltuples=19_000, dead=3_900, inserted=0, modified=0) == (True, False)
     assert defaults.due(reltuples=19_000, dead=0, inserted=4_801, modified=4_801) == (True, True)
-    inserts_off = Thresholds(**{**defaults.__dict__, "insert": -1})
+    inserts_off = replace(defaults, insert=-1)
     assert inserts_off.due(reltuples=0, dead=0, inserted=10**6, modified=0) == (False, False)
 
 
